@@ -1,0 +1,49 @@
+"""The engine-agnostic core: the partitioned-namespace format (pyarrow, pylance, datafusion)."""
+
+from .errors import (
+    CommitConflictError,
+    ExpressionError,
+    ManifestError,
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+    NotAPartitionedNamespaceError,
+    NullabilityError,
+    PartitionedNamespaceError,
+    ResultTypeMismatchError,
+    SchemaError,
+    SchemaMismatchError,
+    SpecError,
+    UnknownTransformError,
+    WriteError,
+)
+from .filters import FilterError
+from .namespace import PartitionedNamespace
+from .scan import ScanPlan, ScanTask
+from .spec import PartitionField, PartitionSpec, SpecField
+from .writer import PartitionWrite, WriteResult
+
+__all__ = [
+    "CommitConflictError",
+    "ExpressionError",
+    "FilterError",
+    "ManifestError",
+    "NamespaceExistsError",
+    "NamespaceNotFoundError",
+    "NotAPartitionedNamespaceError",
+    "NullabilityError",
+    "PartitionField",
+    "PartitionSpec",
+    "PartitionWrite",
+    "PartitionedNamespace",
+    "PartitionedNamespaceError",
+    "ResultTypeMismatchError",
+    "ScanPlan",
+    "ScanTask",
+    "SchemaError",
+    "SchemaMismatchError",
+    "SpecError",
+    "SpecField",
+    "UnknownTransformError",
+    "WriteError",
+    "WriteResult",
+]

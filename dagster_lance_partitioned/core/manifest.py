@@ -1,0 +1,349 @@
+"""The ``__manifest`` table: its columns, loading one version of it, and committing changes to it
+as single Lance commits that rebase onto concurrent commits."""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+import string
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+from lance import LanceOperation
+from lance.dataset import Transaction
+from lance.fragment import write_fragments
+
+from . import storage
+from .errors import CommitConflictError, ManifestError, NamespaceNotFoundError
+from .spec import PartitionSpec
+
+MANIFEST_DIR = "__manifest"
+PK_KEY = "lance-schema:unenforced-primary-key:position"
+WRITER_FLAG_KEY = "lance.namespace.manifest.writer_feature_flags"
+WRITER_FLAG_VALUE = "2"
+SCHEMA_KEY = "schema"
+TABLE_NAME = "dataset"
+SEP = "$"
+COMMIT_PROPERTY_PREFIX = "dlp."
+OVERWRITE_ALL = "*"
+
+_NAME_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def base_manifest_schema() -> pa.Schema:
+    """The manifest columns every partitioned namespace has, before partition columns."""
+    return pa.schema(
+        [
+            pa.field("object_id", pa.utf8(), nullable=False, metadata={PK_KEY: "0"}),
+            pa.field("object_type", pa.utf8(), nullable=False),
+            pa.field("location", pa.utf8()),
+            pa.field("metadata", pa.utf8()),
+            pa.field("base_objects", pa.list_(pa.field("object_id", pa.utf8()))),
+            pa.field("read_version", pa.uint64()),
+            pa.field("read_branch", pa.utf8()),
+            pa.field("read_tag", pa.utf8()),
+        ]
+    )
+
+
+def random_name() -> str:
+    """A random 16-character ``a-z0-9`` partition-namespace name."""
+    return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(16))
+
+
+def table_location(object_id: str) -> str:
+    """A new table directory name, ``<8 random lowercase hex>_<object_id>``."""
+    return f"{secrets.token_hex(4)}_{object_id}"
+
+
+def partition_field_columns(specs: Iterable[PartitionSpec]) -> list[pa.Field]:
+    """Manifest columns for every partition field of every spec, in first-seen order."""
+    seen: dict[str, pa.Field] = {}
+    for spec in specs:
+        for f in spec.fields:
+            if f.column not in seen:
+                seen[f.column] = pa.field(f.column, f.result_type)
+            elif seen[f.column].type != f.result_type:
+                raise ManifestError(
+                    f"partition column {f.column!r} has types {seen[f.column].type} and "
+                    f"{f.result_type} in different specs"
+                )
+    return list(seen.values())
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """A registered partition table as one manifest version sees it."""
+
+    object_id: str
+    location: str
+    spec_id: int
+    values: tuple[Any, ...]  # partition values in the spec's field order
+    read_version: int | None
+    read_branch: str | None
+    read_tag: str | None
+    metadata: str | None = None
+
+    def partition_values(self, spec: PartitionSpec) -> dict[str, Any]:
+        """Partition values keyed by field id."""
+        return {f.field_id: v for f, v in zip(spec.fields, self.values, strict=True)}
+
+
+def _spec_id_of(object_id: str) -> int | None:
+    head = object_id.split(SEP, 1)[0]
+    if head.startswith("v") and head[1:].isdigit():
+        return int(head[1:])
+    return None
+
+
+class ManifestSnapshot:
+    """One version of ``__manifest``: all rows, the table metadata and lookups over them."""
+
+    def __init__(self, dataset: lance.LanceDataset, specs: list[PartitionSpec]) -> None:
+        self.dataset = dataset
+        self.version: int = dataset.version
+        self.metadata: dict[str, str] = dict(dataset.metadata)
+        self.table: pa.Table = dataset.to_table()
+        self.specs = {s.spec_id: s for s in specs}
+        self._tables: list[TableEntry] | None = None
+        self._ns_index: dict[tuple[int, tuple[Any, ...]], str] | None = None
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The manifest's Arrow schema (including unknown columns)."""
+        return self.table.schema
+
+    def _column(self, name: str) -> list[Any]:
+        if name in self.table.column_names:
+            return self.table.column(name).to_pylist()
+        return [None] * self.table.num_rows
+
+    def tables(self) -> list[TableEntry]:
+        """Every registered partition table, in manifest order."""
+        if self._tables is None:
+            self._build()
+        assert self._tables is not None
+        return self._tables
+
+    def namespace_ids(self) -> dict[tuple[int, tuple[Any, ...]], str]:
+        """(spec id, values of the levels so far) -> object id of that partition namespace."""
+        if self._ns_index is None:
+            self._build()
+        assert self._ns_index is not None
+        return self._ns_index
+
+    def _build(self) -> None:
+        ids = self._column("object_id")
+        types = self._column("object_type")
+        locs = self._column("location")
+        meta = self._column("metadata")
+        rv = self._column("read_version")
+        rb = self._column("read_branch")
+        rt = self._column("read_tag")
+        cols: dict[str, list[Any]] = {}
+        tables: list[TableEntry] = []
+        ns_index: dict[tuple[int, tuple[Any, ...]], str] = {}
+        for i, oid in enumerate(ids):
+            sid = _spec_id_of(oid)
+            spec = self.specs.get(sid) if sid is not None else None
+            if spec is None:
+                continue
+            depth = oid.count(SEP)
+            if types[i] == "table":
+                levels = len(spec.fields)
+            elif types[i] == "namespace":
+                levels = depth
+                if levels == 0 or levels > len(spec.fields):
+                    continue
+            else:
+                continue
+            vals = []
+            for f in spec.fields[:levels]:
+                if f.column not in cols:
+                    cols[f.column] = self._column(f.column)
+                vals.append(cols[f.column][i])
+            if types[i] == "table":
+                if locs[i] is None:
+                    raise ManifestError(f"manifest table row {oid!r} has no location")
+                tables.append(
+                    TableEntry(
+                        oid, locs[i], spec.spec_id, tuple(vals), rv[i], rb[i], rt[i], meta[i]
+                    )
+                )
+            else:
+                ns_index[(spec.spec_id, tuple(vals))] = oid
+        self._tables, self._ns_index = tables, ns_index
+
+    def table_index(self, spec_id: int) -> dict[tuple[Any, ...], TableEntry]:
+        """Partition values -> table, for one spec version."""
+        return {t.values: t for t in self.tables() if t.spec_id == spec_id}
+
+
+@dataclass
+class ManifestEdit:
+    """Row changes to apply in one manifest commit.
+
+    ``upserts`` maps object ids to the columns to set (other columns of an existing row, including
+    ones this package does not know, keep their values); ``deletes`` removes rows."""
+
+    upserts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    deletes: set[str] = field(default_factory=set)
+    new_columns: list[pa.Field] = field(default_factory=list)
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def apply(self, table: pa.Table) -> pa.Table:
+        """The manifest rows after this edit."""
+        schema = table.schema
+        for f in self.new_columns:
+            if f.name not in schema.names:
+                schema = schema.append(f)
+                table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+        touched = set(self.upserts) | self.deletes
+        ids = table.column("object_id")
+        if touched:
+            mask = pc.is_in(ids, value_set=pa.array(sorted(touched), pa.utf8()))
+            keep = table.filter(pc.invert(mask))
+            changed = table.filter(mask).to_pylist()
+        else:
+            keep, changed = table, []
+        existing = {row["object_id"]: row for row in changed}
+        rows = []
+        for oid, cols in self.upserts.items():
+            if oid in self.deletes:
+                continue
+            row = dict(existing.get(oid) or {n: None for n in schema.names})
+            unknown = set(cols) - set(schema.names)
+            if unknown:
+                raise ManifestError(f"manifest has no column(s) {sorted(unknown)}")
+            row.update(cols)
+            row["object_id"] = oid
+            rows.append(row)
+        new = pa.Table.from_pylist(rows, schema=schema)
+        return pa.concat_tables([keep.cast(schema), new])
+
+
+class ManifestStore:
+    """Reads and commits the ``__manifest`` table of one root."""
+
+    def __init__(self, root: str, storage_options: dict[str, str] | None = None) -> None:
+        self.root = root
+        self.storage_options = storage_options
+        self.uri = storage.join(root, MANIFEST_DIR)
+
+    def exists(self) -> bool:
+        """Whether a ``__manifest`` table exists at the root."""
+        try:
+            self.dataset()
+        except NamespaceNotFoundError:
+            return False
+        return True
+
+    def dataset(self, version: int | None = None) -> lance.LanceDataset:
+        """The ``__manifest`` Lance dataset, latest or at ``version``."""
+        try:
+            return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+        except (ValueError, OSError, FileNotFoundError) as e:
+            if version is not None and storage.manifest_exists(self.uri, self.storage_options):
+                raise ManifestError(f"{self.uri}: no manifest version {version}: {e}") from None
+            raise NamespaceNotFoundError(
+                f"{self.root}: no partitioned namespace here (no readable __manifest table)"
+            ) from None
+
+    def create(self, rows: pa.Table, metadata: dict[str, str]) -> lance.LanceDataset:
+        """Create ``__manifest`` holding ``rows``, then set its table ``metadata``."""
+        frags = write_fragments(
+            rows, self.uri, schema=rows.schema, storage_options=self.storage_options
+        )
+        ds = lance.LanceDataset.commit(
+            self.uri,
+            LanceOperation.Overwrite(rows.schema, frags),
+            storage_options=self.storage_options,
+        )
+        ds.update_metadata(metadata)
+        return lance.dataset(self.uri, storage_options=self.storage_options)
+
+    def update_metadata(self, values: dict[str, str], base_version: int) -> lance.LanceDataset:
+        """Set table-metadata keys in one commit based on ``base_version``."""
+        op = LanceOperation.UpdateConfig(
+            table_metadata_updates=LanceOperation.UpdateMap(dict(values), replace=False)
+        )
+        return lance.LanceDataset.commit(
+            self.uri, op, read_version=base_version, storage_options=self.storage_options
+        )
+
+    def commit(
+        self,
+        load: Callable[[lance.LanceDataset], ManifestSnapshot],
+        plan: Callable[[ManifestSnapshot], ManifestEdit],
+        max_attempts: int = 30,
+    ) -> ManifestSnapshot:
+        """Apply ``plan(latest snapshot)`` as one Lance commit; on a concurrent commit, reload
+        the latest manifest and plan again (``plan`` raises to give up)."""
+        delay = 0.01
+        for _attempt in range(max_attempts):
+            snap = load(self.dataset())
+            edit = plan(snap)
+            new_table = edit.apply(snap.table)
+            frags = write_fragments(
+                new_table,
+                self.uri,
+                schema=new_table.schema,
+                mode="overwrite",
+                storage_options=self.storage_options,
+            )
+            props = {COMMIT_PROPERTY_PREFIX + k: v for k, v in edit.properties.items()}
+            tx = Transaction(
+                read_version=snap.version,
+                operation=LanceOperation.Overwrite(new_table.schema, frags),
+                transaction_properties=props,
+            )
+            try:
+                ds = lance.LanceDataset.commit(
+                    self.uri, tx, storage_options=self.storage_options, max_retries=0
+                )
+            except (lance.commit.CommitConflictError, OSError) as e:
+                if not _is_conflict(e):
+                    raise
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 0.5)
+                continue
+            return load(ds)
+        raise CommitConflictError(
+            f"{self.uri}: gave up after {max_attempts} concurrent-commit retries"
+        )
+
+    def commit_properties(self, version: int) -> dict[str, str] | None:
+        """This package's properties of the commit that made ``version`` (None: not ours)."""
+        tx = self.dataset(version).read_transaction(version)
+        if tx is None:
+            return None
+        props = tx.transaction_properties or {}
+        ours = {
+            k[len(COMMIT_PROPERTY_PREFIX) :]: v
+            for k, v in props.items()
+            if k.startswith(COMMIT_PROPERTY_PREFIX)
+        }
+        return ours or None
+
+
+def _is_conflict(e: Exception) -> bool:
+    if isinstance(e, lance.commit.CommitConflictError):
+        return True
+    text = str(e).lower()
+    return "conflict" in text or "preempted" in text or "already exists" in text
+
+
+def overwritten_ids(properties: dict[str, str] | None) -> set[str] | None:
+    """Table object ids a commit replaced (``None``: unknown, treat every table as replaced)."""
+    if properties is None or "overwritten" not in properties:
+        return None
+    value = json.loads(properties["overwritten"])
+    if value == OVERWRITE_ALL:
+        return None
+    return set(value)

@@ -1,0 +1,274 @@
+"""``PartitionedNamespace``: the one class users hold to create, write, plan and read a Lance
+partitioned namespace."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from . import arrow_json, storage
+from .errors import (
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+    NotAPartitionedNamespaceError,
+    PartitionedNamespaceError,
+    SchemaError,
+    WriteError,
+)
+from .filters import FilterLike
+from .manifest import (
+    SCHEMA_KEY,
+    SEP,
+    WRITER_FLAG_KEY,
+    WRITER_FLAG_VALUE,
+    ManifestSnapshot,
+    ManifestStore,
+    base_manifest_schema,
+    partition_field_columns,
+)
+from .partitioner import SpecEvaluator
+from .scan import ScanPlan, plan_scan, scan_reader
+from .spec import PartitionField, PartitionSpec, SpecField, resolve_fields, specs_from_metadata
+from .writer import PartitionWriter, WriteResult
+
+
+def _load_snapshot(ds: Any) -> ManifestSnapshot:
+    metadata = dict(ds.metadata)
+    specs = specs_from_metadata(metadata)
+    if not specs:
+        raise NotAPartitionedNamespaceError(
+            f"{ds.uri}: __manifest has no partition_spec_v<N> in its metadata; this directory "
+            "catalog is not a partitioned namespace"
+        )
+    if SCHEMA_KEY not in metadata:
+        raise NotAPartitionedNamespaceError(f"{ds.uri}: __manifest metadata has no 'schema'")
+    return ManifestSnapshot(ds, specs)
+
+
+class PartitionedNamespace:
+    """A Lance partitioned namespace: one Lance table per partition, listed in ``__manifest``.
+
+    Reads use one manifest version (``version``) for every partition; writes register all the
+    partitions they touch in a single manifest commit."""
+
+    def __init__(
+        self,
+        root: str,
+        storage_options: dict[str, str] | None,
+        snapshot: ManifestSnapshot,
+        pinned: bool,
+    ) -> None:
+        self._store = ManifestStore(root, storage_options)
+        self._snapshot = snapshot
+        self._pinned = pinned
+        self._schema_cache: tuple[int, pa.Schema] | None = None
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        uri: str | os.PathLike[str],
+        schema: pa.Schema,
+        partition_fields: Sequence[PartitionField | SpecField],
+        storage_options: dict[str, str] | None = None,
+    ) -> PartitionedNamespace:
+        """Create an empty partitioned namespace at ``uri`` with spec v1."""
+        root = storage.normalize_root(uri)
+        store = ManifestStore(root, storage_options)
+        if store.exists():
+            raise NamespaceExistsError(f"{root}: a __manifest table already exists here")
+        ns_schema, _ = arrow_json.assign_field_ids(arrow_json.normalize_schema(schema), 0)
+        spec = PartitionSpec(1, resolve_fields(partition_fields, ns_schema))
+        SpecEvaluator(spec, ns_schema)  # compiles every expression and checks result types
+        manifest_schema = base_manifest_schema()
+        for f in partition_field_columns([spec]):
+            manifest_schema = manifest_schema.append(f)
+        metadata = {
+            SCHEMA_KEY: json.dumps(arrow_json.schema_to_json(ns_schema), separators=(",", ":")),
+            spec.key: spec.to_json_str(),
+            WRITER_FLAG_KEY: WRITER_FLAG_VALUE,
+        }
+        first = pa.Table.from_pylist(
+            [{"object_id": spec.namespace, "object_type": "namespace", "metadata": "{}"}],
+            schema=manifest_schema,
+        )
+        snap = _load_snapshot(store.create(first, metadata))
+        return cls(root, storage_options, snap, pinned=False)
+
+    @classmethod
+    def open(
+        cls,
+        uri: str | os.PathLike[str],
+        storage_options: dict[str, str] | None = None,
+        version: int | None = None,
+    ) -> PartitionedNamespace:
+        """Open the namespace at ``uri``, at its latest manifest version or at ``version``."""
+        root = storage.normalize_root(uri)
+        if not storage.is_uri(root) and not os.path.exists(root):
+            raise NamespaceNotFoundError(f"{root}: no such directory")
+        store = ManifestStore(root, storage_options)
+        snap = _load_snapshot(store.dataset(version))
+        return cls(root, storage_options, snap, pinned=version is not None)
+
+    # -- state --------------------------------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        """The namespace root."""
+        return self._store.root
+
+    @property
+    def storage_options(self) -> dict[str, str] | None:
+        """Storage options used for every table of the namespace."""
+        return self._store.storage_options
+
+    @property
+    def version(self) -> int:
+        """The ``__manifest`` version this object reads."""
+        return self._snapshot.version
+
+    @property
+    def schema_with_ids(self) -> pa.Schema:
+        """The namespace schema with ``lance:field_id`` on every field."""
+        if self._schema_cache is None or self._schema_cache[0] != self.version:
+            raw = self._snapshot.metadata[SCHEMA_KEY]
+            try:
+                parsed = arrow_json.schema_from_json(raw)
+            except (ValueError, json.JSONDecodeError) as e:
+                raise SchemaError(f"{self.uri}: namespace schema is not valid JSON: {e}") from None
+            self._schema_cache = (self.version, parsed)
+        return self._schema_cache[1]
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The namespace schema (the union of all partition tables' columns)."""
+        return arrow_json.strip_field_ids(self.schema_with_ids)
+
+    @property
+    def specs(self) -> list[PartitionSpec]:
+        """Every partition spec version, oldest first."""
+        return sorted(self._snapshot.specs.values(), key=lambda s: s.spec_id)
+
+    @property
+    def current_spec(self) -> PartitionSpec:
+        """The newest spec; new writes partition by it."""
+        return self.specs[-1]
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The ``__manifest`` table metadata (root namespace properties)."""
+        return dict(self._snapshot.metadata)
+
+    def refresh(self) -> PartitionedNamespace:
+        """Move to the latest manifest version (no-op for a namespace opened at a version)."""
+        if not self._pinned:
+            self._snapshot = _load_snapshot(self._store.dataset())
+        return self
+
+    def partitions(self) -> list[dict[str, Any]]:
+        """Every registered partition table: object id, location, spec, values, read version."""
+        out = []
+        for t in self._snapshot.tables():
+            spec = self._snapshot.specs[t.spec_id]
+            out.append(
+                {
+                    "object_id": t.object_id,
+                    "location": t.location,
+                    "spec_id": t.spec_id,
+                    "values": t.partition_values(spec),
+                    "read_version": t.read_version,
+                    "read_branch": t.read_branch,
+                    "read_tag": t.read_tag,
+                }
+            )
+        return out
+
+    def describe_namespace(self, path: Sequence[str]) -> dict[str, str]:
+        """Runtime properties of ``v<N>`` (its spec) or of a partition namespace (its value)."""
+        oid = SEP.join(path)
+        if len(path) == 1:
+            spec = self._snapshot.specs.get(int(path[0][1:])) if path[0][1:].isdigit() else None
+            if spec is None:
+                raise PartitionedNamespaceError(f"no spec namespace {oid!r}")
+            return {"partition_spec": spec.to_json_str()}
+        for (spec_id, values), ns_oid in self._snapshot.namespace_ids().items():
+            if ns_oid == oid:
+                f = self._snapshot.specs[spec_id].fields[len(values) - 1]
+                return {f"partition.{f.field_id}": _property_value(values[-1])}
+        raise PartitionedNamespaceError(f"no partition namespace {oid!r}")
+
+    # -- write --------------------------------------------------------------------------------
+    def write(
+        self,
+        data: Any,
+        mode: str = "append",
+        *,
+        commit_properties: dict[str, str] | None = None,
+    ) -> WriteResult:
+        """Write ``data`` (Arrow table / batch / reader / C stream) partitioned by the current
+        spec, and make all of it visible in one manifest commit.
+
+        ``append`` adds rows; ``overwrite_partitions`` replaces the partitions present in the
+        data; ``overwrite`` replaces the whole table."""
+        if self._pinned:
+            raise WriteError(
+                f"{self.uri} was opened at manifest version {self.version}; "
+                "open it without a version to write"
+            )
+        self.refresh()
+        writer = PartitionWriter(
+            self._store,
+            self._snapshot,
+            self.schema_with_ids,
+            self.current_spec,
+            mode,
+            commit_properties=commit_properties,
+            before_commit=self._before_commit,
+        )
+        result = writer.write(data)
+        self.refresh()
+        return result
+
+    # Test seam: called after the partition tables are written, before the manifest commit.
+    _before_commit = None
+
+    # -- read ---------------------------------------------------------------------------------
+    def plan_scan(self, filter: FilterLike = None) -> ScanPlan:
+        """The partition tables (and versions) a scan with ``filter`` reads."""
+        return plan_scan(self._snapshot, self.schema_with_ids, self.uri, filter)
+
+    def scan(
+        self,
+        filter: FilterLike = None,
+        columns: Sequence[str] | None = None,
+        batch_size: int | None = None,
+    ) -> pa.RecordBatchReader:
+        """Stream the rows matching ``filter`` as Arrow batches of the namespace schema."""
+        plan = self.plan_scan(filter)
+        return scan_reader(plan, self.schema, columns, self.storage_options, batch_size)
+
+    def to_table(self, filter: FilterLike = None, columns: Sequence[str] | None = None) -> pa.Table:
+        """The rows matching ``filter`` as one Arrow table."""
+        return self.scan(filter, columns).read_all()
+
+    def count_rows(self, filter: FilterLike = None) -> int:
+        """How many rows match ``filter``."""
+        first = self.schema.names[:1]
+        return sum(b.num_rows for b in self.scan(filter, columns=first))
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionedNamespace({self.uri!r}, version={self.version}, "
+            f"spec=v{self.current_spec.spec_id}, partitions={len(self._snapshot.tables())})"
+        )
+
+
+def _property_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)

@@ -1,0 +1,452 @@
+"""Writing data into a partitioned namespace: split rows by the current spec, write each
+partition's rows as a new version of its partition table, then register everything in one
+``__manifest`` commit (until which readers see the previous state)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import lance
+import pyarrow as pa
+from lance import LanceOperation
+from lance.fragment import FragmentMetadata, write_fragments
+
+from . import storage
+from .arrow_json import strip_field_ids
+from .conform import check_write_schema, conform_for_write
+from .errors import CommitConflictError, WriteError
+from .manifest import (
+    OVERWRITE_ALL,
+    SEP,
+    TABLE_NAME,
+    ManifestEdit,
+    ManifestSnapshot,
+    ManifestStore,
+    TableEntry,
+    overwritten_ids,
+    random_name,
+    table_location,
+)
+from .partitioner import SpecEvaluator
+from .spec import PartitionSpec
+
+WriteMode = Literal["append", "overwrite_partitions", "overwrite"]
+WRITE_MODES: tuple[str, ...] = ("append", "overwrite_partitions", "overwrite")
+WRITER_ID = "dagster-lance-partitioned"
+
+# Buffered rows are flushed to fragments past these sizes (bounded memory for streamed input).
+PARTITION_FLUSH_BYTES = 128 * 1024 * 1024
+TOTAL_FLUSH_BYTES = 512 * 1024 * 1024
+MAX_ROWS_PER_FILE = 1024 * 1024
+DETACHED_BIT = 1 << 63  # Lance marks detached versions with the top bit
+
+
+@dataclass(frozen=True)
+class PartitionWrite:
+    """What a write did to one partition."""
+
+    object_id: str
+    location: str
+    values: dict[str, Any]
+    rows: int
+    read_version: int
+    created: bool
+    replaced: bool
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """The outcome of one write: the manifest version that made it visible and each partition."""
+
+    manifest_version: int
+    spec_id: int
+    mode: str
+    partitions: tuple[PartitionWrite, ...]
+    removed: tuple[str, ...] = ()
+
+    @property
+    def rows_written(self) -> int:
+        """Rows written across all partitions."""
+        return sum(p.rows for p in self.partitions)
+
+    @property
+    def read_versions(self) -> dict[str, int]:
+        """Table object id -> the read_version now registered for it."""
+        return {p.object_id: p.read_version for p in self.partitions}
+
+
+@dataclass
+class _Pending:
+    """One partition's buffered rows and written fragments during a write."""
+
+    key: tuple[Any, ...]
+    existing: TableEntry | None
+    path: list[str]  # partition namespace names, one per spec field
+    location: str
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    buffered_bytes: int = 0
+    rows: int = 0
+    fragments: list[FragmentMetadata] = field(default_factory=list)
+    version: int | None = None
+
+    @property
+    def object_id(self) -> str:
+        return SEP.join([*self.path, TABLE_NAME])
+
+
+def as_reader(data: Any) -> pa.RecordBatchReader:
+    """A RecordBatchReader over a Table, RecordBatch, reader or Arrow C stream object."""
+    if isinstance(data, pa.RecordBatchReader):
+        return data
+    if isinstance(data, pa.Table):
+        return data.to_reader()
+    if isinstance(data, pa.RecordBatch):
+        return pa.RecordBatchReader.from_batches(data.schema, [data])
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.RecordBatchReader.from_stream(data)
+    raise TypeError(
+        f"cannot write {type(data).__name__}: pass a pyarrow Table, RecordBatch, "
+        "RecordBatchReader or an object with __arrow_c_stream__"
+    )
+
+
+class PartitionWriter:
+    """One write into a partitioned namespace, from a base manifest snapshot."""
+
+    def __init__(
+        self,
+        store: ManifestStore,
+        base: ManifestSnapshot,
+        schema: pa.Schema,
+        spec: PartitionSpec,
+        mode: str,
+        commit_properties: dict[str, str] | None = None,
+        before_commit: Callable[[list[_Pending]], None] | None = None,
+    ) -> None:
+        if mode not in WRITE_MODES:
+            raise WriteError(f"unknown write mode {mode!r} (use one of {', '.join(WRITE_MODES)})")
+        self.store = store
+        self.base = base
+        self.schema = schema
+        self.write_schema = strip_field_ids(schema)
+        self.spec = spec
+        self.mode = mode
+        self.commit_properties = dict(commit_properties or {})
+        self.before_commit = before_commit
+        self._index = base.table_index(spec.spec_id)
+        self._ns_ids = base.namespace_ids()
+        self._pending: dict[tuple[Any, ...], _Pending] = {}
+        self._new_names: dict[tuple[Any, ...], str] = {}  # prefix -> name chosen by this write
+        self._buffered = 0
+
+    # -- data ---------------------------------------------------------------------------------
+    def write(self, data: Any) -> WriteResult:
+        """Write ``data`` and commit; nothing is visible unless this returns."""
+        reader = as_reader(data)
+        check_write_schema(reader.schema, self.write_schema)
+        evaluator = SpecEvaluator(self.spec, self.schema)
+        for batch in reader:
+            batch = conform_for_write(batch, self.write_schema)
+            for key, part in evaluator.split(batch):
+                self._add(key, part)
+        for pending in self._pending.values():
+            self._flush(pending)
+        self._commit_tables()
+        if self.before_commit is not None:
+            self.before_commit(list(self._pending.values()))
+        return self._commit_manifest()
+
+    def _add(self, key: tuple[Any, ...], part: pa.RecordBatch) -> None:
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._new_pending(key)
+            self._pending[key] = pending
+        pending.batches.append(part)
+        pending.rows += part.num_rows
+        pending.buffered_bytes += part.nbytes
+        self._buffered += part.nbytes
+        if pending.buffered_bytes >= PARTITION_FLUSH_BYTES:
+            self._flush(pending)
+        while self._buffered >= TOTAL_FLUSH_BYTES:
+            self._flush(max(self._pending.values(), key=lambda p: p.buffered_bytes))
+
+    def _new_pending(self, key: tuple[Any, ...]) -> _Pending:
+        existing = self._index.get(key)
+        if existing is not None:
+            path = existing.object_id.split(SEP)[:-1]
+            if existing.read_branch is not None:
+                raise WriteError(
+                    f"partition {existing.object_id} reads branch {existing.read_branch!r}; "
+                    "writing to branch-pinned partitions is not supported"
+                )
+            return _Pending(key, existing, path, existing.location)
+        path = [self.spec.namespace]
+        for level in range(1, len(key) + 1):
+            known = self._ns_ids.get((self.spec.spec_id, key[:level]))
+            if known is not None:
+                path.append(known.split(SEP)[-1])
+            else:
+                path.append(self._new_names.setdefault(key[:level], random_name()))
+        oid = SEP.join([*path, TABLE_NAME])
+        return _Pending(key, None, path, table_location(oid))
+
+    def _uri(self, pending: _Pending) -> str:
+        return storage.join(self.store.root, pending.location)
+
+    def _flush(self, pending: _Pending) -> None:
+        if not pending.batches:
+            return
+        table = pa.Table.from_batches(pending.batches, schema=self.write_schema)
+        new_data = pending.existing is None or self._replaces(pending)
+        mode = "append" if (not new_data or pending.fragments) else "overwrite"
+        if pending.existing is not None and not self._replaces(pending):
+            mode = "append"
+        pending.fragments.extend(
+            write_fragments(
+                table,
+                self._uri(pending),
+                schema=self.write_schema,
+                mode=mode if pending.existing is not None else "append",
+                max_rows_per_file=MAX_ROWS_PER_FILE,
+                storage_options=self.store.storage_options,
+            )
+        )
+        self._buffered -= pending.buffered_bytes
+        pending.batches.clear()
+        pending.buffered_bytes = 0
+
+    def _replaces(self, pending: _Pending) -> bool:
+        return self.mode in ("overwrite_partitions", "overwrite")
+
+    # -- partition tables ---------------------------------------------------------------------
+    def _base_version(self, entry: TableEntry) -> int:
+        uri = storage.join(self.store.root, entry.location)
+        if entry.read_version is not None:
+            return int(entry.read_version)
+        version: int | str | None = entry.read_tag
+        ds = lance.dataset(uri, version=version, storage_options=self.store.storage_options)
+        return ds.version
+
+    def _commit_table(self, pending: _Pending, onto: TableEntry | None, replace: bool) -> int:
+        """Commit ``pending``'s fragments as a new version of its table; return the version."""
+        uri = storage.join(self.store.root, onto.location) if onto else self._uri(pending)
+        opts = self.store.storage_options
+        if onto is None:
+            op = LanceOperation.Overwrite(self.write_schema, pending.fragments)
+            return lance.LanceDataset.commit(uri, op, storage_options=opts).version
+        base = self._base_version(onto)
+        if replace:
+            op = LanceOperation.Overwrite(self.write_schema, pending.fragments)
+        else:
+            base = self._detached_base(uri, base)
+            op = LanceOperation.Append(pending.fragments)
+        ds = lance.LanceDataset.commit(
+            uri, op, read_version=base, detached=True, storage_options=opts
+        )
+        return ds.version
+
+    def _detached_base(self, uri: str, base: int) -> int:
+        """A detached version with exactly ``base``'s content.
+
+        Lance rebases a commit onto later versions of the main line, which may hold data no
+        manifest registered; a detached base has no later versions, so an append lands on
+        exactly the registered content."""
+        if base >= DETACHED_BIT:
+            return base
+        opts = self.store.storage_options
+        latest = lance.dataset(uri, storage_options=opts).version
+        restored = lance.LanceDataset.commit(
+            uri,
+            LanceOperation.Restore(base),
+            read_version=latest,
+            detached=True,
+            storage_options=opts,
+        )
+        return restored.version
+
+    def _commit_tables(self) -> None:
+        for pending in self._pending.values():
+            pending.version = self._commit_table(
+                pending, pending.existing, replace=self._replaces(pending)
+            )
+
+    # -- manifest -----------------------------------------------------------------------------
+    def _commit_manifest(self) -> WriteResult:
+        replaced: list[str] = []
+        removed: list[str] = []
+        results: list[PartitionWrite] = []
+
+        def plan(snap: ManifestSnapshot) -> ManifestEdit:
+            replaced.clear()
+            removed.clear()
+            results.clear()
+            theirs = self._overwritten_since(snap)
+            if (
+                self.mode == "overwrite"
+                and snap.version != self.base.version
+                and (theirs is None or theirs)
+            ):
+                raise CommitConflictError(
+                    f"{self.store.root}: a concurrent commit replaced partitions while this "
+                    "write was replacing the whole table; retry the write"
+                )
+            index = snap.table_index(self.spec.spec_id)
+            ns_ids = dict(snap.namespace_ids())
+            edit = ManifestEdit()
+            for pending in self._pending.values():
+                results.append(self._plan_partition(pending, snap, index, ns_ids, theirs, edit))
+            if self.mode == "overwrite":
+                removed.extend(self._deregister_rest(snap, edit))
+            replaced.extend(p.object_id for p in results if p.replaced)
+            edit.properties = {
+                "operation": "write",
+                "mode": self.mode,
+                "writer": WRITER_ID,
+                "overwritten": json.dumps(
+                    OVERWRITE_ALL if self.mode == "overwrite" else sorted(replaced)
+                ),
+                **self.commit_properties,
+            }
+            return edit
+
+        snap = self.store.commit(
+            lambda ds: ManifestSnapshot(ds, list(self.base.specs.values())), plan
+        )
+        return WriteResult(
+            manifest_version=snap.version,
+            spec_id=self.spec.spec_id,
+            mode=self.mode,
+            partitions=tuple(results),
+            removed=tuple(removed),
+        )
+
+    def _overwritten_since(self, snap: ManifestSnapshot) -> set[str] | None:
+        """Table ids replaced by commits after the base version (None: unknown / everything)."""
+        out: set[str] = set()
+        for version in range(self.base.version + 1, snap.version + 1):
+            ids = overwritten_ids(self.store.commit_properties(version))
+            if ids is None:
+                return None
+            out |= ids
+        return out
+
+    def _plan_partition(
+        self,
+        pending: _Pending,
+        snap: ManifestSnapshot,
+        index: dict[tuple[Any, ...], TableEntry],
+        ns_ids: dict[tuple[int, tuple[Any, ...]], str],
+        theirs: set[str] | None,
+        edit: ManifestEdit,
+    ) -> PartitionWrite:
+        replace = self._replaces(pending)
+        values = dict(zip((f.field_id for f in self.spec.fields), pending.key, strict=True))
+        current = index.get(pending.key)
+        version = pending.version
+        assert version is not None
+        if pending.existing is not None:
+            if current is None or current.object_id != pending.existing.object_id:
+                raise CommitConflictError(
+                    f"partition {values} was deregistered or replaced by a concurrent commit",
+                    [pending.existing.object_id],
+                )
+            if current.read_version != pending.existing.read_version:
+                their_replace = theirs is None or current.object_id in theirs
+                if replace and their_replace:
+                    raise CommitConflictError(
+                        f"partition {values} was replaced concurrently by another write",
+                        [current.object_id],
+                    )
+                if not replace:  # rebase our append onto the concurrently committed version
+                    version = self._commit_table(pending, current, replace=False)
+            target = current
+        elif current is not None:  # the same new partition was created concurrently
+            their_replace = theirs is None or current.object_id in theirs
+            if replace and their_replace:
+                raise CommitConflictError(
+                    f"partition {values} was created concurrently by another replacing write",
+                    [current.object_id],
+                )
+            version = self._copy_into(pending, current, replace)
+            target = current
+        else:
+            target = None
+        if target is not None:
+            edit.upserts[target.object_id] = {"read_version": version}
+            return PartitionWrite(
+                target.object_id,
+                target.location,
+                values,
+                pending.rows,
+                version,
+                created=False,
+                replaced=replace,
+            )
+        path = [self.spec.namespace]
+        row_values: dict[str, Any] = {}
+        for level, f in enumerate(self.spec.fields, start=1):
+            row_values[f.column] = pending.key[level - 1]
+            prefix = pending.key[:level]
+            known = ns_ids.get((self.spec.spec_id, prefix))
+            if known is None:
+                known = SEP.join([*path, pending.path[level]])
+                edit.upserts[known] = {
+                    "object_type": "namespace",
+                    "metadata": "{}",
+                    **row_values,
+                }
+                ns_ids[(self.spec.spec_id, prefix)] = known
+            path = known.split(SEP)
+        oid = SEP.join([*path, TABLE_NAME])
+        edit.upserts[oid] = {
+            "object_type": "table",
+            "location": pending.location,
+            "metadata": "{}",
+            "read_version": version,
+            **row_values,
+        }
+        return PartitionWrite(
+            oid, pending.location, values, pending.rows, version, created=True, replaced=replace
+        )
+
+    def _copy_into(self, pending: _Pending, target: TableEntry, replace: bool) -> int:
+        """Re-write our rows into a partition table another writer created concurrently."""
+        assert pending.version is not None
+        ours = lance.dataset(
+            self._uri(pending),
+            version=pending.version,
+            storage_options=self.store.storage_options,
+        )
+        uri = storage.join(self.store.root, target.location)
+        frags = write_fragments(
+            ours.to_table(),
+            uri,
+            schema=self.write_schema,
+            storage_options=self.store.storage_options,
+        )
+        copy = _Pending(pending.key, target, pending.path, target.location, fragments=frags)
+        return self._commit_table(copy, target, replace)
+
+    def _deregister_rest(self, snap: ManifestSnapshot, edit: ManifestEdit) -> list[str]:
+        """For ``overwrite``: remove every table (of any spec) this write did not write, and
+        partition namespaces left with no table."""
+        kept = {oid for oid, cols in edit.upserts.items() if cols.get("object_type") == "table"}
+        kept |= {oid for oid in edit.upserts if oid.endswith(SEP + TABLE_NAME)}
+        removed = [t.object_id for t in snap.tables() if t.object_id not in kept]
+        edit.deletes.update(removed)
+        ancestors = {
+            SEP.join(oid.split(SEP)[:i]) for oid in kept for i in range(1, oid.count(SEP) + 1)
+        }
+        for (_spec_id, _prefix), ns_oid in snap.namespace_ids().items():
+            if ns_oid not in ancestors:
+                edit.deletes.add(ns_oid)
+        return removed
+
+
+def iter_pending_locations(pending: list[_Pending]) -> Iterator[str]:
+    """Table directories written by a write that has not committed yet (for tests and tools)."""
+    for p in pending:
+        yield p.location
