@@ -81,14 +81,18 @@ def main() -> None:
         f"{plan.total_partitions} partition tables"
     )
     for row in by_carrier.slice(0, 5).to_pylist():
-        print(f"  {row['carrier']}: {row['carrier_count']:>5} flights, "
-              f"mean arrival delay {row['arr_delay_mean']:.1f} min")
+        print(
+            f"  {row['carrier']}: {row['carrier_count']:>5} flights, "
+            f"mean arrival delay {row['arr_delay_mean']:.1f} min"
+        )
 
     before = PartitionedNamespace.open(args.root, version=result.manifest_version)
     nulls_then = before.to_table("month = 1", columns=["dep_delay"])["dep_delay"].null_count
     nulls_now = ns.to_table("month = 1", columns=["dep_delay"])["dep_delay"].null_count
-    print(f"time travel: January had {nulls_then} NULL dep_delay at v{before.version}, "
-          f"{nulls_now} now")
+    print(
+        f"time travel: January had {nulls_then} NULL dep_delay at v{before.version}, "
+        f"{nulls_now} now"
+    )
     assert jfk_july.num_rows > 0 and nulls_then > 0 and nulls_now == 0
 
 

@@ -71,11 +71,13 @@ class SpecEvaluator:
                 yield (_py(uniq[0]),), batch
                 return
         grouped = ktable.group_by(keys, use_threads=False).aggregate([(_ROW, "list")])
-        rows = grouped.column(f"{_ROW}_list")
+        lists = grouped.column(f"{_ROW}_list").combine_chunks()
+        taken = batch.take(lists.flatten())  # one gather; each partition is then a slice
+        offsets = lists.offsets.to_pylist()
         key_cols = [grouped.column(k) for k in keys]
         for g in range(grouped.num_rows):
             key = tuple(_py(c[g]) for c in key_cols)
-            yield key, batch.take(rows[g].values)
+            yield key, taken.slice(offsets[g], offsets[g + 1] - offsets[g])
 
 
 def _py(scalar: pa.Scalar) -> Any:

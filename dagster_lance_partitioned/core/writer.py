@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,6 +42,7 @@ WRITER_ID = "dagster-lance-partitioned"
 PARTITION_FLUSH_BYTES = 128 * 1024 * 1024
 TOTAL_FLUSH_BYTES = 512 * 1024 * 1024
 MAX_ROWS_PER_FILE = 1024 * 1024
+TABLE_WRITE_THREADS = 8  # partition tables written and committed concurrently
 DETACHED_BIT = 1 << 63  # Lance marks detached versions with the top bit
 
 
@@ -140,6 +142,7 @@ class PartitionWriter:
         self._ns_ids = base.namespace_ids()
         self._pending: dict[tuple[Any, ...], _Pending] = {}
         self._new_names: dict[tuple[Any, ...], str] = {}  # prefix -> name chosen by this write
+        self._relocations: dict[tuple[tuple[Any, ...], str], tuple[str, int]] = {}
         self._buffered = 0
 
     # -- data ---------------------------------------------------------------------------------
@@ -152,9 +155,7 @@ class PartitionWriter:
             batch = conform_for_write(batch, self.write_schema)
             for key, part in evaluator.split(batch):
                 self._add(key, part)
-        for pending in self._pending.values():
-            self._flush(pending)
-        self._commit_tables()
+        self._finish_tables()
         if self.before_commit is not None:
             self.before_commit(list(self._pending.values()))
         return self._commit_manifest()
@@ -200,16 +201,15 @@ class PartitionWriter:
         if not pending.batches:
             return
         table = pa.Table.from_batches(pending.batches, schema=self.write_schema)
-        new_data = pending.existing is None or self._replaces(pending)
-        mode = "append" if (not new_data or pending.fragments) else "overwrite"
-        if pending.existing is not None and not self._replaces(pending):
-            mode = "append"
+        # existing tables: append-mode fragments take the table's field ids; replacements and
+        # new tables take the namespace schema's
+        append = pending.existing is not None and not self._replaces(pending)
         pending.fragments.extend(
             write_fragments(
                 table,
                 self._uri(pending),
                 schema=self.write_schema,
-                mode=mode if pending.existing is not None else "append",
+                mode="append" if append or pending.existing is None else "overwrite",
                 max_rows_per_file=MAX_ROWS_PER_FILE,
                 storage_options=self.store.storage_options,
             )
@@ -267,11 +267,23 @@ class PartitionWriter:
         )
         return restored.version
 
-    def _commit_tables(self) -> None:
-        for pending in self._pending.values():
+    def _finish_tables(self) -> None:
+        """Flush what is buffered and commit every partition table, several at a time."""
+
+        def finish(pending: _Pending) -> None:
+            self._flush(pending)
             pending.version = self._commit_table(
                 pending, pending.existing, replace=self._replaces(pending)
             )
+
+        pendings = list(self._pending.values())
+        if len(pendings) <= 1:
+            for p in pendings:
+                finish(p)
+            return
+        with ThreadPoolExecutor(max_workers=min(TABLE_WRITE_THREADS, len(pendings))) as pool:
+            for future in [pool.submit(finish, p) for p in pendings]:
+                future.result()
 
     # -- manifest -----------------------------------------------------------------------------
     def _commit_manifest(self) -> WriteResult:
@@ -342,49 +354,71 @@ class PartitionWriter:
         theirs: set[str] | None,
         edit: ManifestEdit,
     ) -> PartitionWrite:
+        """Register one written partition in ``edit``, rebasing onto ``snap`` when concurrent
+        commits changed the partition since this write's base manifest version."""
         replace = self._replaces(pending)
         values = dict(zip((f.field_id for f in self.spec.fields), pending.key, strict=True))
         current = index.get(pending.key)
+        existing = pending.existing
         version = pending.version
         assert version is not None
-        if pending.existing is not None:
-            if current is None or current.object_id != pending.existing.object_id:
-                raise CommitConflictError(
-                    f"partition {values} was deregistered or replaced by a concurrent commit",
-                    [pending.existing.object_id],
-                )
-            if current.read_version != pending.existing.read_version:
-                their_replace = theirs is None or current.object_id in theirs
-                if replace and their_replace:
-                    raise CommitConflictError(
-                        f"partition {values} was replaced concurrently by another write",
-                        [current.object_id],
-                    )
-                if not replace:  # rebase our append onto the concurrently committed version
-                    version = self._commit_table(pending, current, replace=False)
-            target = current
-        elif current is not None:  # the same new partition was created concurrently
-            their_replace = theirs is None or current.object_id in theirs
-            if replace and their_replace:
-                raise CommitConflictError(
-                    f"partition {values} was created concurrently by another replacing write",
-                    [current.object_id],
-                )
-            version = self._copy_into(pending, current, replace)
-            target = current
-        else:
-            target = None
-        if target is not None:
-            edit.upserts[target.object_id] = {"read_version": version}
-            return PartitionWrite(
-                target.object_id,
-                target.location,
-                values,
-                pending.rows,
-                version,
-                created=False,
-                replaced=replace,
+
+        def conflict(what: str, oid: str) -> CommitConflictError:
+            return CommitConflictError(
+                f"partition {values} {what} by a concurrent commit while this write replaced it; "
+                "nothing of this write is visible, retry it",
+                [oid],
             )
+
+        if existing is not None and current is not None and current.object_id == existing.object_id:
+            if current.read_version != existing.read_version:
+                if replace and (theirs is None or current.object_id in theirs):
+                    raise conflict("was replaced", current.object_id)
+                if not replace:  # rebase the append onto the concurrently committed version
+                    version = self._commit_table(pending, current, replace=False)
+            return self._register_existing(pending, current, version, values, edit)
+        if existing is not None:  # our table was deregistered or replaced concurrently
+            if replace:
+                raise conflict("was deregistered or replaced", existing.object_id)
+            if current is not None:
+                version = self._copy_into(pending, current, replace=False)
+                return self._register_existing(pending, current, version, values, edit)
+            return self._register_new(pending, ns_ids, values, edit, copy=True)
+        if current is not None:  # the same new partition was created concurrently
+            if replace and (theirs is None or current.object_id in theirs):
+                raise conflict("was created", current.object_id)
+            version = self._copy_into(pending, current, replace)
+            return self._register_existing(pending, current, version, values, edit)
+        return self._register_new(pending, ns_ids, values, edit, copy=False)
+
+    def _register_existing(
+        self,
+        pending: _Pending,
+        target: TableEntry,
+        version: int,
+        values: dict[str, Any],
+        edit: ManifestEdit,
+    ) -> PartitionWrite:
+        edit.upserts[target.object_id] = {"read_version": version}
+        return PartitionWrite(
+            target.object_id,
+            target.location,
+            values,
+            pending.rows,
+            version,
+            created=False,
+            replaced=self._replaces(pending),
+        )
+
+    def _register_new(
+        self,
+        pending: _Pending,
+        ns_ids: dict[tuple[int, tuple[Any, ...]], str],
+        values: dict[str, Any],
+        edit: ManifestEdit,
+        copy: bool,
+    ) -> PartitionWrite:
+        """Register namespaces and a table for a partition the latest manifest does not have."""
         path = [self.spec.namespace]
         row_values: dict[str, Any] = {}
         for level, f in enumerate(self.spec.fields, start=1):
@@ -393,38 +427,72 @@ class PartitionWriter:
             known = ns_ids.get((self.spec.spec_id, prefix))
             if known is None:
                 known = SEP.join([*path, pending.path[level]])
-                edit.upserts[known] = {
-                    "object_type": "namespace",
-                    "metadata": "{}",
-                    **row_values,
-                }
+                edit.upserts[known] = {"object_type": "namespace", "metadata": "{}", **row_values}
                 ns_ids[(self.spec.spec_id, prefix)] = known
             path = known.split(SEP)
         oid = SEP.join([*path, TABLE_NAME])
+        location, version = pending.location, pending.version
+        if copy or oid != pending.object_id:
+            # the rows must live in a table directory named after the registered object id
+            location, version = self._relocated(pending, oid)
+        assert version is not None
         edit.upserts[oid] = {
             "object_type": "table",
-            "location": pending.location,
+            "location": location,
             "metadata": "{}",
             "read_version": version,
             **row_values,
         }
         return PartitionWrite(
-            oid, pending.location, values, pending.rows, version, created=True, replaced=replace
+            oid,
+            location,
+            values,
+            pending.rows,
+            version,
+            created=True,
+            replaced=self._replaces(pending),
         )
 
-    def _copy_into(self, pending: _Pending, target: TableEntry, replace: bool) -> int:
-        """Re-write our rows into a partition table another writer created concurrently."""
-        assert pending.version is not None
-        ours = lance.dataset(
+    def _our_rows(self, pending: _Pending) -> pa.Table:
+        """The rows this write put in ``pending``'s table (without the table's earlier rows)."""
+        opts = self.store.storage_options
+        if pending.existing is None:
+            assert pending.version is not None
+            return lance.dataset(
+                self._uri(pending), version=pending.version, storage_options=opts
+            ).to_table()
+        only_ours = lance.LanceDataset.commit(
             self._uri(pending),
-            version=pending.version,
-            storage_options=self.store.storage_options,
+            LanceOperation.Overwrite(self.write_schema, pending.fragments),
+            read_version=self._base_version(pending.existing),
+            detached=True,
+            storage_options=opts,
         )
+        return only_ours.to_table()
+
+    def _relocated(self, pending: _Pending, oid: str) -> tuple[str, int]:
+        """Our rows as a new table whose directory is named for ``oid`` (cached across retries)."""
+        cached = self._relocations.get((pending.key, oid))
+        if cached is None:
+            location = table_location(oid)
+            uri = storage.join(self.store.root, location)
+            ds = lance.write_dataset(
+                self._our_rows(pending),
+                uri,
+                schema=self.write_schema,
+                storage_options=self.store.storage_options,
+            )
+            cached = self._relocations[(pending.key, oid)] = (location, ds.version)
+        return cached
+
+    def _copy_into(self, pending: _Pending, target: TableEntry, replace: bool) -> int:
+        """Re-write our rows into a partition table that another writer registered."""
         uri = storage.join(self.store.root, target.location)
         frags = write_fragments(
-            ours.to_table(),
+            self._our_rows(pending),
             uri,
             schema=self.write_schema,
+            mode="overwrite" if replace else "append",
             storage_options=self.store.storage_options,
         )
         copy = _Pending(pending.key, target, pending.path, target.location, fragments=frags)
