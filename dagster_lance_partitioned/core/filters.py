@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,7 @@ def _plan(sql: str, schema: pa.Schema, optimized: bool = False) -> Any:
         raise FilterError(f"invalid filter {sql!r}: {_first_line(e)}") from None
 
 
+@functools.lru_cache(maxsize=256)
 def parse(sql: str, schema: pa.Schema) -> dfn.Expr:
     """Parse ``sql`` as a predicate over ``schema`` with DataFusion; raises :class:`FilterError`."""
     pred = _find_filter(_plan(sql, schema))
@@ -89,6 +91,7 @@ def parse(sql: str, schema: pa.Schema) -> dfn.Expr:
     return pred
 
 
+@functools.lru_cache(maxsize=256)
 def to_lance_sql(sql: str, schema: pa.Schema) -> str:
     """The predicate re-emitted by DataFusion in the dialect Lance's scanner reads (identifiers
     in backticks, since Lance takes double quotes as string literals)."""

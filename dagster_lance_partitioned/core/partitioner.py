@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import arrow_json
 from .expressions import CompiledExpression, coerce_result
 from .spec import PartitionSpec, SpecField, source_types
-
-_ROW = "__dlp_row"
 
 
 class SpecEvaluator:
@@ -56,28 +56,86 @@ class SpecEvaluator:
             for f, c, s in zip(self.spec.fields, self._compiled, self._sources, strict=True)
         ]
 
-    def split(self, batch: pa.RecordBatch) -> Iterator[tuple[tuple[Any, ...], pa.RecordBatch]]:
-        """(partition values, rows of ``batch`` in that partition) for each partition present."""
+    def split(self, batch: pa.RecordBatch) -> Iterator[tuple[tuple[Any, ...], Rows]]:
+        """(partition values, the rows of ``batch`` in that partition) for each partition present.
+
+        The rows are selected lazily: gathering them is left to whoever writes them, so the
+        gathers of many partitions can run concurrently."""
         if batch.num_rows == 0:
             return
         values = self.values(batch)
-        keys = [f"k{i}" for i in range(len(values))]
-        ktable = pa.table(
-            [*values, pa.array(range(batch.num_rows), pa.int64())], names=[*keys, _ROW]
-        )
-        if len(values) == 1 and values[0].null_count == 0:
-            uniq = pc.unique(values[0])
-            if len(uniq) == 1:
-                yield (_py(uniq[0]),), batch
-                return
-        grouped = ktable.group_by(keys, use_threads=False).aggregate([(_ROW, "list")])
-        lists = grouped.column(f"{_ROW}_list").combine_chunks()
-        taken = batch.take(lists.flatten())  # one gather; each partition is then a slice
-        offsets = lists.offsets.to_pylist()
-        key_cols = [grouped.column(k) for k in keys]
-        for g in range(grouped.num_rows):
-            key = tuple(_py(c[g]) for c in key_cols)
-            yield key, taken.slice(offsets[g], offsets[g + 1] - offsets[g])
+        codes, keys = _group_codes(values)
+        if len(keys) == 1:
+            yield keys[0], Rows(batch)
+            return
+        # stable sort by group code (a radix sort for small codes); each group's row numbers
+        # are then ascending, so its gather reads the batch front to back
+        small = np.int16 if len(keys) <= np.iinfo(np.int16).max else np.int32
+        order = np.argsort(codes.astype(small), kind="stable")
+        counts = np.bincount(codes, minlength=len(keys))
+        start = 0
+        for g, count in enumerate(counts.tolist()):
+            if count:
+                yield keys[g], Rows(batch, order[start : start + count])
+            start += count
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Some rows of a batch (all of them when ``indices`` is None), gathered on demand."""
+
+    batch: pa.RecordBatch
+    indices: np.ndarray | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return self.batch.num_rows if self.indices is None else len(self.indices)
+
+    @property
+    def nbytes(self) -> int:
+        """Estimated size once gathered."""
+        if self.indices is None or self.batch.num_rows == 0:
+            return self.batch.nbytes
+        return self.batch.nbytes * len(self.indices) // self.batch.num_rows
+
+    def materialize(self) -> pa.RecordBatch:
+        """The rows as their own batch."""
+        if self.indices is None:
+            return self.batch
+        return self.batch.take(pa.array(self.indices))
+
+
+def _group_codes(values: list[pa.Array]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """A dense group code per row (0..G-1) and each group's partition-value tuple."""
+    combined: np.ndarray | None = None
+    dictionaries = []
+    sizes = []
+    for arr in values:
+        encoded = pc.dictionary_encode(arr, null_encoding="encode")
+        idx = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        dictionaries.append(encoded.dictionary)
+        sizes.append(len(encoded.dictionary))
+        combined = idx if combined is None else combined * len(encoded.dictionary) + idx
+    assert combined is not None
+    span = int(np.prod(sizes, dtype=np.float64))
+    if span <= max(4 * len(combined), 1 << 20):  # dense lookup table: linear time
+        present = np.zeros(span, dtype=bool)
+        present[combined] = True
+        uniq = np.flatnonzero(present)
+        lookup = np.empty(span, dtype=np.int64)
+        lookup[uniq] = np.arange(len(uniq))
+        dense = lookup[combined]
+    else:
+        uniq, dense = np.unique(combined, return_inverse=True)
+    keys = []
+    for code in uniq.tolist():
+        parts = []
+        for size in reversed(sizes):
+            parts.append(code % size)
+            code //= size
+        parts.reverse()
+        keys.append(tuple(_py(d[i]) for d, i in zip(dictionaries, parts, strict=True)))
+    return dense.astype(np.int64, copy=False), keys
 
 
 def _py(scalar: pa.Scalar) -> Any:

@@ -3,7 +3,10 @@ reading them as one stream reconciled to the namespace schema."""
 
 from __future__ import annotations
 
+import functools
+from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +20,8 @@ from .errors import SchemaError
 from .filters import FilterError, FilterLike, equality_constraints, parse, to_lance_sql, to_sql
 from .manifest import ManifestSnapshot, TableEntry
 from .spec import PartitionSpec, source_names
+
+PREFETCH_TASKS = 4  # partition tables read concurrently ahead of the consumer
 
 
 @dataclass(frozen=True)
@@ -58,12 +63,31 @@ def plan_scan(
     sql = to_sql(filter)
     constraints = equality_constraints(parse(sql, schema), schema) if sql else {}
     tables = snapshot.tables()
+    checks = {
+        spec_id: _identity_checks(spec, schema, constraints)
+        for spec_id, spec in snapshot.specs.items()
+    }
     tasks = [
         _task(t, snapshot.specs[t.spec_id], root)
         for t in tables
-        if _may_match(t, snapshot.specs[t.spec_id], schema, constraints)
+        if all(t.values[i] in allowed for i, allowed in checks[t.spec_id])
     ]
     return ScanPlan(tuple(tasks), sql, snapshot.version, len(tables))
+
+
+def _identity_checks(
+    spec: PartitionSpec, schema: pa.Schema, constraints: dict[str, Any]
+) -> list[tuple[int, tuple[Any, ...]]]:
+    """(position in the spec, allowed values) for each identity field the filter pins."""
+    checks = []
+    for i, f in enumerate(spec.fields):
+        if f.transform is None or f.transform.type_name != "identity":
+            continue
+        (name,) = source_names(f, schema)
+        allowed = constraints.get(name) if name else None
+        if allowed is not None:
+            checks.append((i, allowed.values))
+    return checks
 
 
 def _task(entry: TableEntry, spec: PartitionSpec, root: str) -> ScanTask:
@@ -79,31 +103,31 @@ def _task(entry: TableEntry, spec: PartitionSpec, root: str) -> ScanTask:
     )
 
 
-def _may_match(
-    entry: TableEntry, spec: PartitionSpec, schema: pa.Schema, constraints: dict[str, Any]
-) -> bool:
-    """False only when an identity field's value is outside a column's constrained values."""
-    if not constraints:
-        return True
-    for f, value in zip(spec.fields, entry.values, strict=True):
-        if f.transform is None or f.transform.type_name != "identity":
-            continue
-        (name,) = source_names(f, schema)
-        allowed = constraints.get(name) if name else None
-        if allowed is not None and value not in allowed.values:
-            return False
-    return True
-
-
 def open_table(task: ScanTask, storage_options: dict[str, str] | None) -> lance.LanceDataset:
     """The partition table at the version its manifest row pins."""
-    if task.read_branch is not None:
-        ds = lance.dataset(task.uri, storage_options=storage_options)
-        return ds.checkout_version((task.read_branch, task.read_version))
-    version: int | str | None = (
-        task.read_version if task.read_version is not None else task.read_tag
-    )
-    return lance.dataset(task.uri, version=version, storage_options=storage_options)
+    options = tuple(sorted((storage_options or {}).items()))
+    if task.read_version is None and task.read_tag is None:
+        return _open(task.uri, None, None, None, options)  # latest of main: never cached
+    return _open_pinned(task.uri, task.read_version, task.read_branch, task.read_tag, options)
+
+
+def _open(
+    uri: str,
+    version: int | None,
+    branch: str | None,
+    tag: str | None,
+    options: tuple[tuple[str, str], ...],
+) -> lance.LanceDataset:
+    storage_options = dict(options) or None
+    if branch is not None:
+        ds = lance.dataset(uri, storage_options=storage_options)
+        return ds.checkout_version((branch, version))
+    pinned: int | str | None = version if version is not None else tag
+    return lance.dataset(uri, version=pinned, storage_options=storage_options)
+
+
+# a table at a pinned version never changes, so opened handles can be reused across scans
+_open_pinned = functools.lru_cache(maxsize=256)(_open)
 
 
 def read_schema(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
@@ -125,19 +149,22 @@ def iter_task_batches(
     filter_sql: str | None,
     storage_options: dict[str, str] | None,
     batch_size: int | None = None,
+    translated_filter: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Batches of one task, projected, filtered and reconciled to the namespace schema."""
+    """Batches of one task, projected, filtered and reconciled to the namespace schema.
+
+    ``translated_filter`` is ``filter_sql`` in Lance's dialect (see :func:`lance_filter`); without
+    it the filter is applied by DataFusion after reading."""
     target = read_schema(schema, columns)
     ds = open_table(task, storage_options)
     table_schema = ds.schema
     where = f"partition {task.object_id} (version {ds.version})"
-    lance_filter = _lance_filter(filter_sql, schema)
     same = all(
         table_schema.get_field_index(f.name) >= 0 and table_schema.field(f.name).type == f.type
         for f in schema
     )
-    if (same and lance_filter is not None) or (same and not filter_sql):
-        kwargs: dict[str, Any] = {"columns": list(target.names), "filter": lance_filter}
+    if same and (translated_filter is not None or not filter_sql):
+        kwargs: dict[str, Any] = {"columns": list(target.names), "filter": translated_filter}
         if batch_size:
             kwargs["batch_size"] = batch_size
         try:
@@ -161,7 +188,8 @@ def iter_task_batches(
     yield from table.select(list(target.names)).to_batches(max_chunksize=batch_size)
 
 
-def _lance_filter(filter_sql: str | None, schema: pa.Schema) -> str | None:
+def lance_filter(filter_sql: str | None, schema: pa.Schema) -> str | None:
+    """``filter_sql`` as Lance's scanner reads it, or None when it must be applied by DataFusion."""
     if not filter_sql:
         return None
     try:
@@ -180,14 +208,42 @@ def scan_reader(
     columns: Sequence[str] | None,
     storage_options: dict[str, str] | None,
     batch_size: int | None = None,
+    prefetch: int = PREFETCH_TASKS,
 ) -> pa.RecordBatchReader:
-    """A reader over every task of ``plan``, one after another."""
+    """A reader over every task of ``plan`` in order, reading up to ``prefetch`` tasks ahead."""
     target = read_schema(schema, columns)
+    translated = lance_filter(plan.residual_filter, schema)
+
+    def read(task: ScanTask) -> list[pa.RecordBatch]:
+        return list(
+            iter_task_batches(
+                task,
+                schema,
+                columns,
+                plan.residual_filter,
+                storage_options,
+                batch_size,
+                translated,
+            )
+        )
 
     def gen() -> Iterator[pa.RecordBatch]:
-        for task in plan.tasks:
-            yield from iter_task_batches(
-                task, schema, columns, plan.residual_filter, storage_options, batch_size
-            )
+        if prefetch <= 1 or len(plan.tasks) <= 1:
+            for task in plan.tasks:
+                yield from read(task)
+            return
+        with ThreadPoolExecutor(max_workers=prefetch) as pool:
+            window: deque[Future[list[pa.RecordBatch]]] = deque()
+            tasks = iter(plan.tasks)
+            for task in tasks:
+                window.append(pool.submit(read, task))
+                if len(window) >= prefetch:
+                    break
+            while window:
+                batches = window.popleft().result()
+                nxt = next(tasks, None)
+                if nxt is not None:
+                    window.append(pool.submit(read, nxt))
+                yield from batches
 
     return pa.RecordBatchReader.from_batches(target, gen())

@@ -5,6 +5,7 @@ partition's rows as a new version of its partition table, then register everythi
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from .manifest import (
     random_name,
     table_location,
 )
-from .partitioner import SpecEvaluator
+from .partitioner import Rows, SpecEvaluator
 from .spec import PartitionSpec
 
 WriteMode = Literal["append", "overwrite_partitions", "overwrite"]
@@ -42,6 +43,8 @@ WRITER_ID = "dagster-lance-partitioned"
 PARTITION_FLUSH_BYTES = 128 * 1024 * 1024
 TOTAL_FLUSH_BYTES = 512 * 1024 * 1024
 MAX_ROWS_PER_FILE = 1024 * 1024
+SPLIT_CHUNK_ROWS = 1 << 20  # large batches are split in chunks of this many rows ...
+SPLIT_THREADS = 4  # ... on up to this many threads (bounded by the CPU count)
 TABLE_WRITE_THREADS = 8  # partition tables written and committed concurrently
 DETACHED_BIT = 1 << 63  # Lance marks detached versions with the top bit
 
@@ -88,7 +91,7 @@ class _Pending:
     existing: TableEntry | None
     path: list[str]  # partition namespace names, one per spec field
     location: str
-    batches: list[pa.RecordBatch] = field(default_factory=list)
+    batches: list[Rows] = field(default_factory=list)
     buffered_bytes: int = 0
     rows: int = 0
     fragments: list[FragmentMetadata] = field(default_factory=list)
@@ -151,16 +154,23 @@ class PartitionWriter:
         reader = as_reader(data)
         check_write_schema(reader.schema, self.write_schema)
         evaluator = SpecEvaluator(self.spec, self.schema)
-        for batch in reader:
-            batch = conform_for_write(batch, self.write_schema)
-            for key, part in evaluator.split(batch):
-                self._add(key, part)
+        workers = max(1, min(SPLIT_THREADS, os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for batch in reader:
+                batch = conform_for_write(batch, self.write_schema)
+                chunks = [
+                    batch.slice(start, SPLIT_CHUNK_ROWS)
+                    for start in range(0, batch.num_rows, SPLIT_CHUNK_ROWS)
+                ]
+                for parts in pool.map(lambda c: list(evaluator.split(c)), chunks):
+                    for key, part in parts:
+                        self._add(key, part)
         self._finish_tables()
         if self.before_commit is not None:
             self.before_commit(list(self._pending.values()))
         return self._commit_manifest()
 
-    def _add(self, key: tuple[Any, ...], part: pa.RecordBatch) -> None:
+    def _add(self, key: tuple[Any, ...], part: Rows) -> None:
         pending = self._pending.get(key)
         if pending is None:
             pending = self._new_pending(key)
@@ -200,7 +210,9 @@ class PartitionWriter:
     def _flush(self, pending: _Pending) -> None:
         if not pending.batches:
             return
-        table = pa.Table.from_batches(pending.batches, schema=self.write_schema)
+        table = pa.Table.from_batches(
+            [rows.materialize() for rows in pending.batches], schema=self.write_schema
+        )
         # existing tables: append-mode fragments take the table's field ids; replacements and
         # new tables take the namespace schema's
         append = pending.existing is not None and not self._replaces(pending)
@@ -248,6 +260,24 @@ class PartitionWriter:
         )
         return ds.version
 
+    def _create_table(self, pending: _Pending) -> int:
+        """Create a new partition table holding all of ``pending``'s rows in one call."""
+        table = pa.Table.from_batches(
+            [rows.materialize() for rows in pending.batches], schema=self.write_schema
+        )
+        ds = lance.write_dataset(
+            table,
+            self._uri(pending),
+            schema=self.write_schema,
+            mode="create",
+            max_rows_per_file=MAX_ROWS_PER_FILE,
+            storage_options=self.store.storage_options,
+        )
+        self._buffered -= pending.buffered_bytes
+        pending.batches.clear()
+        pending.buffered_bytes = 0
+        return ds.version
+
     def _detached_base(self, uri: str, base: int) -> int:
         """A detached version with exactly ``base``'s content.
 
@@ -271,6 +301,9 @@ class PartitionWriter:
         """Flush what is buffered and commit every partition table, several at a time."""
 
         def finish(pending: _Pending) -> None:
+            if pending.existing is None and not pending.fragments:
+                pending.version = self._create_table(pending)
+                return
             self._flush(pending)
             pending.version = self._commit_table(
                 pending, pending.existing, replace=self._replaces(pending)
