@@ -325,3 +325,34 @@ def test_large_batches_keep_rows_aligned_with_their_partition_values(tmp_path):
         assert set(rows["k"].to_pylist()) == {task.partition_values["k"]}
         assert {x.month for x in rows["d"].to_pylist()} == {task.partition_values["d_month"]}
     assert sorted(ns.to_table()["id"].to_pylist()) == list(range(n))
+
+
+def test_streamed_input_keeps_at_most_one_input_batch_alive(tmp_path, monkeypatch):
+    """A partition that gets one row from every batch must not pin every input batch: Arrow
+    memory stays bounded by the buffers, not by the input size."""
+    monkeypatch.setattr(writer_mod, "PARTITION_FLUSH_BYTES", 1 << 20)
+    monkeypatch.setattr(writer_mod, "TOTAL_FLUSH_BYTES", 4 << 20)
+    schema = pa.schema([("id", pa.int64()), ("country", pa.utf8()), ("payload", pa.utf8())])
+    ns = PartitionedNamespace.create(tmp_path / "s", schema, [PartitionField.identity("country")])
+    rows, batches_n, payload = 3001, 20, "x" * 2000  # ~6 MB a batch, ~120 MB in all
+    peak = 0
+
+    def batches():
+        nonlocal peak
+        for i in range(batches_n):
+            countries = ["DE"] + ["US", "FR"] * ((rows - 1) // 2)
+            yield pa.record_batch(
+                {
+                    "id": pa.array(range(i * rows, (i + 1) * rows), pa.int64()),
+                    "country": countries,
+                    "payload": [payload] * rows,
+                },
+                schema=schema,
+            )
+            peak = max(peak, pa.total_allocated_bytes())
+
+    base = pa.total_allocated_bytes()
+    ns.write(pa.RecordBatchReader.from_batches(schema, batches()))
+    assert ns.count_rows() == rows * batches_n
+    assert ns.count_rows("country = 'DE'") == batches_n
+    assert peak - base < 40 << 20, f"{(peak - base) >> 20} MiB held while streaming"

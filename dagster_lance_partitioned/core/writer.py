@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -157,6 +157,9 @@ class PartitionWriter:
         workers = max(1, min(SPLIT_THREADS, os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for batch in reader:
+                # rows of the previous batch are gathered now, so buffers never keep more
+                # than one input batch alive
+                self._gather_lazy(pool)
                 batch = conform_for_write(batch, self.write_schema)
                 chunks = [
                     batch.slice(start, SPLIT_CHUNK_ROWS)
@@ -183,6 +186,16 @@ class PartitionWriter:
             self._flush(pending)
         while self._buffered >= TOTAL_FLUSH_BYTES:
             self._flush(max(self._pending.values(), key=lambda p: p.buffered_bytes))
+
+    def _gather_lazy(self, pool: ThreadPoolExecutor) -> None:
+        """Replace buffered row selections by gathered batches of their own."""
+
+        def gather(pending: _Pending) -> None:
+            pending.batches = [Rows(rows.materialize()) for rows in pending.batches]
+
+        lazy = [p for p in self._pending.values() if any(r.indices is not None for r in p.batches)]
+        for future in [pool.submit(gather, p) for p in lazy]:
+            future.result()
 
     def _new_pending(self, key: tuple[Any, ...]) -> _Pending:
         existing = self._index.get(key)
@@ -231,6 +244,7 @@ class PartitionWriter:
         pending.buffered_bytes = 0
 
     def _replaces(self, pending: _Pending) -> bool:
+        """Whether this write replaces ``pending``'s partition (else appends to it)."""
         return self.mode in ("overwrite_partitions", "overwrite")
 
     # -- partition tables ---------------------------------------------------------------------
@@ -545,9 +559,3 @@ class PartitionWriter:
             if ns_oid not in ancestors:
                 edit.deletes.add(ns_oid)
         return removed
-
-
-def iter_pending_locations(pending: list[_Pending]) -> Iterator[str]:
-    """Table directories written by a write that has not committed yet (for tests and tools)."""
-    for p in pending:
-        yield p.location
