@@ -9,6 +9,7 @@ from .errors import (
     NotAPartitionedNamespaceError,
     NullabilityError,
     PartitionedNamespaceError,
+    PartitionReadError,
     ResultTypeMismatchError,
     SchemaError,
     SchemaMismatchError,
@@ -18,7 +19,7 @@ from .errors import (
 )
 from .filters import FilterError
 from .namespace import PartitionedNamespace
-from .scan import ScanPlan, ScanTask
+from .planning import ScanPlan, ScanTask
 from .spec import PartitionField, PartitionSpec, SpecField
 from .writer import PartitionWrite, WriteResult
 
@@ -32,6 +33,7 @@ __all__ = [
     "NotAPartitionedNamespaceError",
     "NullabilityError",
     "PartitionField",
+    "PartitionReadError",
     "PartitionSpec",
     "PartitionWrite",
     "PartitionedNamespace",

@@ -70,5 +70,9 @@ class ManifestError(PartitionedNamespaceError):
     """``__manifest`` is malformed (missing column, duplicate object id, ...)."""
 
 
+class PartitionReadError(PartitionedNamespaceError):
+    """A registered partition table cannot be read (missing, or its pinned version is gone)."""
+
+
 class WriteError(PartitionedNamespaceError):
     """A write was refused before anything became visible."""

@@ -8,10 +8,12 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import lance
 import pyarrow as pa
 
 from . import arrow_json, storage
 from .errors import (
+    CommitConflictError,
     NamespaceExistsError,
     NamespaceNotFoundError,
     NotAPartitionedNamespaceError,
@@ -19,6 +21,7 @@ from .errors import (
     SchemaError,
     WriteError,
 )
+from .evolution import live_schema
 from .filters import FilterLike
 from .manifest import (
     SCHEMA_KEY,
@@ -31,7 +34,8 @@ from .manifest import (
     partition_field_columns,
 )
 from .partitioner import SpecEvaluator
-from .scan import ScanPlan, plan_scan, scan_reader
+from .planning import ScanPlan, plan_scan
+from .scan import scan_reader
 from .spec import PartitionField, PartitionSpec, SpecField, resolve_fields, specs_from_metadata
 from .writer import PartitionWriter, WriteResult
 
@@ -136,7 +140,7 @@ class PartitionedNamespace:
         if self._schema_cache is None or self._schema_cache[0] != self.version:
             raw = self._snapshot.metadata[SCHEMA_KEY]
             try:
-                parsed = arrow_json.schema_from_json(raw)
+                parsed = live_schema(arrow_json.schema_from_json(raw))  # without dropped columns
             except (ValueError, json.JSONDecodeError) as e:
                 raise SchemaError(f"{self.uri}: namespace schema is not valid JSON: {e}") from None
             self._schema_cache = (self.version, parsed)
@@ -240,6 +244,11 @@ class PartitionedNamespace:
         """The partition tables (and versions) a scan with ``filter`` reads."""
         return plan_scan(self._snapshot, self.schema_with_ids, self.uri, filter)
 
+    def explain(self, filter: FilterLike = None) -> ScanPlan:
+        """The scan plan of ``filter``; ``str()`` of it is a readable account (per spec version:
+        manifest predicate, partitions kept / total; the residual filter), ``.to_dict()`` JSON."""
+        return self.plan_scan(filter)
+
     def scan(
         self,
         filter: FilterLike = None,
@@ -248,7 +257,7 @@ class PartitionedNamespace:
     ) -> pa.RecordBatchReader:
         """Stream the rows matching ``filter`` as Arrow batches of the namespace schema."""
         plan = self.plan_scan(filter)
-        return scan_reader(plan, self.schema, columns, self.storage_options, batch_size)
+        return scan_reader(plan, self.schema_with_ids, columns, self.storage_options, batch_size)
 
     def to_table(self, filter: FilterLike = None, columns: Sequence[str] | None = None) -> pa.Table:
         """The rows matching ``filter`` as one Arrow table."""
@@ -258,6 +267,85 @@ class PartitionedNamespace:
         """How many rows match ``filter``."""
         first = self.schema.names[:1]
         return sum(b.num_rows for b in self.scan(filter, columns=first))
+
+    # -- partition evolution ------------------------------------------------------------------
+    def update_spec(self, partition_fields: Sequence[PartitionField | SpecField]) -> int:
+        """Add spec version N+1 (field ids of identical fields reused); new writes partition by
+        it, data written under older versions stays readable and is pruned by its own spec.
+
+        One commit of table metadata; the new spec's manifest columns and ``v<N+1>`` namespace
+        are added by the first write under it. Returns the manifest version (unchanged when
+        the fields equal the current spec's)."""
+        if self._pinned:
+            raise WriteError(f"{self.uri} was opened at manifest version {self.version}")
+        if any(s.draft for s in self.specs):
+            self.upgrade()  # field ids and manifest columns follow the current shape first
+        for _attempt in range(5):
+            self.refresh()
+            schema = self.schema_with_ids
+            fields = resolve_fields(partition_fields, schema, self.specs)
+            if fields == self.current_spec.fields:
+                return self.version
+            spec = PartitionSpec(self.current_spec.spec_id + 1, fields)
+            SpecEvaluator(spec, schema)  # compiles every expression and checks result types
+            partition_field_columns([*self.specs, spec])  # a reused column keeps its type
+            try:
+                self._store.update_metadata({spec.key: spec.to_json_str()}, self.version)
+            except lance.commit.CommitConflictError:
+                continue  # another spec version landed first: resolve again on top of it
+            self.refresh()
+            return self.version
+        raise CommitConflictError(f"{self.uri}: spec changes keep conflicting; retry")
+
+    # -- schema evolution (core/evolution.py) -------------------------------------------------
+    def add_columns(self, fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> int:
+        """Add nullable columns with new field ids; returns the manifest version."""
+        from .evolution import add_columns
+
+        return self._after(add_columns(self, fields))
+
+    def rename_column(self, old: str, new: str) -> int:
+        """Rename a column (its field id is kept); returns the manifest version."""
+        from .evolution import rename_column
+
+        return self._after(rename_column(self, old, new))
+
+    def drop_column(self, name: str) -> int:
+        """Drop a column not used by the current spec; returns the manifest version."""
+        from .evolution import drop_column
+
+        return self._after(drop_column(self, name))
+
+    def promote_column(self, name: str, wider_type: pa.DataType) -> int:
+        """Widen a column's type (e.g. int32 -> int64); returns the manifest version."""
+        from .evolution import promote_column
+
+        return self._after(promote_column(self, name, wider_type))
+
+    # -- compatibility (core/compat.py, core/hive.py) ------------------------------------------
+    def upgrade(self) -> int:
+        """Rewrite draft-shaped metadata in the current shape; returns the manifest version."""
+        from .compat import upgrade
+
+        return self._after(upgrade(self))
+
+    @classmethod
+    def import_hive(
+        cls,
+        uri: str | os.PathLike[str],
+        *,
+        types: dict[str, pa.DataType] | None = None,
+        storage_options: dict[str, str] | None = None,
+    ) -> PartitionedNamespace:
+        """Register an existing ``key=value/.../name.lance`` tree of Lance tables under ``uri``
+        as a partitioned namespace, without copying data."""
+        from .hive import import_hive
+
+        return import_hive(uri, types=types, storage_options=storage_options)
+
+    def _after(self, version: int) -> int:
+        self.refresh()
+        return version
 
     def __repr__(self) -> str:
         return (

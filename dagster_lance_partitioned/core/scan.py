@@ -1,5 +1,5 @@
-"""Planning and reading scans: which partition tables (at which versions) a filter needs, and
-reading them as one stream reconciled to the namespace schema."""
+"""Reading scan tasks: each partition table at its pinned version, projected, filtered and
+reconciled to the namespace schema, as one stream."""
 
 from __future__ import annotations
 
@@ -7,100 +7,20 @@ import functools
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import datafusion as dfn
 import lance
 import pyarrow as pa
 
-from . import storage
-from .conform import conform_for_read
-from .errors import SchemaError
-from .filters import FilterError, FilterLike, equality_constraints, parse, to_lance_sql, to_sql
-from .manifest import ManifestSnapshot, TableEntry
-from .spec import PartitionSpec, source_names
+from .arrow_json import strip_field_ids
+from .conform import column_sources, conform_for_read
+from .errors import PartitionReadError, SchemaError
+from .filters import FilterError, to_lance_sql
+from .hive import fill_constants
+from .planning import ScanPlan, ScanTask
 
 PREFETCH_TASKS = 4  # partition tables read concurrently ahead of the consumer
-
-
-@dataclass(frozen=True)
-class ScanTask:
-    """One partition table to read, pinned to the version the manifest registered."""
-
-    object_id: str
-    location: str
-    uri: str
-    read_version: int | None
-    read_branch: str | None
-    read_tag: str | None
-    spec_id: int
-    partition_values: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ScanPlan:
-    """The tasks a scan reads, the filter applied inside each, and the manifest version used."""
-
-    tasks: tuple[ScanTask, ...]
-    residual_filter: str | None
-    manifest_version: int
-    total_partitions: int
-
-    @property
-    def pruned(self) -> int:
-        """How many registered partition tables the plan skips."""
-        return self.total_partitions - len(self.tasks)
-
-
-def plan_scan(
-    snapshot: ManifestSnapshot,
-    schema: pa.Schema,
-    root: str,
-    filter: FilterLike = None,
-) -> ScanPlan:
-    """Tasks for the partition tables that may hold rows matching ``filter``."""
-    sql = to_sql(filter)
-    constraints = equality_constraints(parse(sql, schema), schema) if sql else {}
-    tables = snapshot.tables()
-    checks = {
-        spec_id: _identity_checks(spec, schema, constraints)
-        for spec_id, spec in snapshot.specs.items()
-    }
-    tasks = [
-        _task(t, snapshot.specs[t.spec_id], root)
-        for t in tables
-        if all(t.values[i] in allowed for i, allowed in checks[t.spec_id])
-    ]
-    return ScanPlan(tuple(tasks), sql, snapshot.version, len(tables))
-
-
-def _identity_checks(
-    spec: PartitionSpec, schema: pa.Schema, constraints: dict[str, Any]
-) -> list[tuple[int, tuple[Any, ...]]]:
-    """(position in the spec, allowed values) for each identity field the filter pins."""
-    checks = []
-    for i, f in enumerate(spec.fields):
-        if f.transform is None or f.transform.type_name != "identity":
-            continue
-        (name,) = source_names(f, schema)
-        allowed = constraints.get(name) if name else None
-        if allowed is not None:
-            checks.append((i, allowed.values))
-    return checks
-
-
-def _task(entry: TableEntry, spec: PartitionSpec, root: str) -> ScanTask:
-    return ScanTask(
-        entry.object_id,
-        entry.location,
-        storage.join(root, entry.location),
-        None if entry.read_version is None else int(entry.read_version),
-        entry.read_branch,
-        entry.read_tag,
-        entry.spec_id,
-        entry.partition_values(spec),
-    )
 
 
 def open_table(task: ScanTask, storage_options: dict[str, str] | None) -> lance.LanceDataset:
@@ -153,15 +73,25 @@ def iter_task_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Batches of one task, projected, filtered and reconciled to the namespace schema.
 
-    ``translated_filter`` is ``filter_sql`` in Lance's dialect (see :func:`lance_filter`); without
-    it the filter is applied by DataFusion after reading."""
-    target = read_schema(schema, columns)
-    ds = open_table(task, storage_options)
+    ``schema`` is the namespace schema, preferably with its field ids: the table's columns are
+    then matched by id (a renamed column is found under its old name), else by name.
+    ``translated_filter`` is ``filter_sql`` in Lance's dialect (see :func:`lance_filter`); it is
+    pushed to Lance only when the table has every namespace column under the same name and type.
+    Otherwise the table is reconciled first and the filter applied by DataFusion."""
+    plain = strip_field_ids(schema)
+    target = read_schema(plain, columns)
+    try:
+        ds = open_table(task, storage_options)
+    except (ValueError, OSError, FileNotFoundError) as e:
+        raise PartitionReadError(
+            f"partition {task.object_id}: cannot open its table {task.uri} at version "
+            f"{task.read_version if task.read_version is not None else 'latest'}: {e}"
+        ) from None
     table_schema = ds.schema
     where = f"partition {task.object_id} (version {ds.version})"
+    sources = column_sources(table_schema, schema)
     same = all(
-        table_schema.get_field_index(f.name) >= 0 and table_schema.field(f.name).type == f.type
-        for f in schema
+        sources[f.name] == f.name and table_schema.field(f.name).type == f.type for f in plain
     )
     if same and (translated_filter is not None or not filter_sql):
         kwargs: dict[str, Any] = {"columns": list(target.names), "filter": translated_filter}
@@ -178,14 +108,26 @@ def iter_task_batches(
                 ).to_batches()
             return
     # schemas differ (or Lance cannot take the filter): reconcile, then filter with DataFusion
-    present = [f.name for f in schema if table_schema.get_field_index(f.name) >= 0]
-    table = conform_for_read(ds.to_table(columns=present), schema, where)
+    wanted = plain if filter_sql else target
+    table = conform_for_read(_read_sources(ds, wanted, sources), wanted, where, sources)
+    table = fill_constants(table, task.constants, wanted)  # identity keys a table lacks
     if filter_sql:
         ctx = dfn.SessionContext()
-        ctx.register_record_batches("t", [table.to_batches() or [_empty(schema)]])
+        ctx.register_record_batches("t", [table.to_batches() or [_empty(plain)]])
         table = ctx.sql(f"SELECT * FROM t WHERE {filter_sql}").to_arrow_table()
-        table = conform_for_read(table, schema, where)
+        table = conform_for_read(table, plain, where)
     yield from table.select(list(target.names)).to_batches(max_chunksize=batch_size)
+
+
+def _read_sources(
+    ds: lance.LanceDataset, wanted: pa.Schema, sources: dict[str, str | None]
+) -> pa.Table:
+    """The table's columns holding ``wanted``'s columns (all its rows, even when it holds none
+    of them)."""
+    present = [src for f in wanted if (src := sources.get(f.name)) is not None]
+    if present:
+        return ds.to_table(columns=present)
+    return pa.table({"__rows": pa.nulls(ds.count_rows(), pa.null())})
 
 
 def lance_filter(filter_sql: str | None, schema: pa.Schema) -> str | None:
@@ -210,9 +152,13 @@ def scan_reader(
     batch_size: int | None = None,
     prefetch: int = PREFETCH_TASKS,
 ) -> pa.RecordBatchReader:
-    """A reader over every task of ``plan`` in order, reading up to ``prefetch`` tasks ahead."""
-    target = read_schema(schema, columns)
-    translated = lance_filter(plan.residual_filter, schema)
+    """A reader over every task of ``plan`` in order, reading up to ``prefetch`` tasks ahead.
+
+    ``schema`` is the namespace schema, with field ids (columns matched by id) or without (by
+    name); the batches have it without ids."""
+    plain = strip_field_ids(schema)
+    target = read_schema(plain, columns)
+    translated = lance_filter(plan.residual_filter, plain)
 
     def read(task: ScanTask) -> list[pa.RecordBatch]:
         return list(

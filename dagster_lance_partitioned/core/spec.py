@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,6 +229,36 @@ class PartitionField:
     ) -> PartitionField:
         """Partition by a DataFusion SQL expression over ``col0, col1, ...`` (= ``columns``)."""
         return cls(tuple(columns), None, sql, result_type, field_id)
+
+    @classmethod
+    def range(
+        cls,
+        column: str,
+        bounds: Sequence[Any],
+        *,
+        field_id: str | None = None,
+        labels: Sequence[str] | None = None,
+    ) -> PartitionField:
+        """Range partitioning: exclusive upper ``bounds`` give ``len(bounds) + 1`` partitions
+        (a ``CASE WHEN`` expression whose value is the label; pruned for equality and ranges)."""
+        from .range_list import range_field
+
+        return range_field(column, bounds, field_id=field_id or f"{column}_range", labels=labels)
+
+    @classmethod
+    def list(
+        cls,
+        column: str,
+        groups: Mapping[str, Sequence[Any]],
+        *,
+        default: str | None = "default",
+        field_id: str | None = None,
+    ) -> PartitionField:
+        """List partitioning: ``groups`` maps a label to its values; other values go to
+        ``default`` (None: the NULL partition)."""
+        from .range_list import list_field
+
+        return list_field(column, groups, default=default, field_id=field_id or f"{column}_list")
 
     def default_field_id(self) -> str:
         """The field id used when none is given, e.g. ``event_date_year``."""

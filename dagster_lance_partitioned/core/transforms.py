@@ -3,12 +3,17 @@ expression they stand for, and their result type."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pyarrow as pa
 
 from .errors import SpecError, UnknownTransformError
+from .predicates import TRUE, Cmp, InSet, IsNull, Leaf, Like, Pred
+
+# maps literal source values to the partition values a transform gives them
+Evaluate = Callable[[list[Any]], list[Any]]
 
 _TEMPORAL_UNITS = ("year", "month", "day", "hour")
 
@@ -50,6 +55,34 @@ class Transform:
         """The partition value's Arrow type for these source types."""
         raise NotImplementedError
 
+    def project(self, leaf: Leaf, column: str, evaluate: Evaluate) -> Pred:
+        """A predicate on the partition column ``column`` true for every partition that may hold
+        a row satisfying ``leaf`` (a condition on the source column); TRUE when unsure."""
+        return _project_points(leaf, column, evaluate)
+
+
+def _project_points(leaf: Leaf, column: str, evaluate: Evaluate) -> Pred:
+    """Equality, IN and NULL tests map through the transform; anything else keeps all."""
+    if isinstance(leaf, Cmp) and leaf.op == "=":
+        (value,) = evaluate([leaf.value])
+        return IsNull(column) if value is None else Cmp(column, "=", value)
+    if isinstance(leaf, InSet) and not leaf.negated:
+        values = evaluate(list(leaf.values))
+        return InSet(column, tuple(dict.fromkeys(v for v in values if v is not None)))
+    if isinstance(leaf, IsNull):
+        return IsNull(column, leaf.negated)  # transforms are NULL for NULL and only then
+    return TRUE
+
+
+def _project_monotone(leaf: Leaf, column: str, evaluate: Evaluate) -> Pred:
+    """For transforms that never decrease as the source grows: ranges map to ranges."""
+    if isinstance(leaf, Cmp) and leaf.op in ("<", "<=", ">", ">="):
+        (value,) = evaluate([leaf.value])
+        if value is None:
+            return TRUE
+        return Cmp(column, "<=" if leaf.op in ("<", "<=") else ">=", value)
+    return _project_points(leaf, column, evaluate)
+
 
 @dataclass(frozen=True)
 class Identity(Transform):
@@ -62,6 +95,16 @@ class Identity(Transform):
 
     def result_type(self, source_types: list[pa.DataType]) -> pa.DataType:
         return source_types[0]
+
+    def project(self, leaf: Leaf, column: str, evaluate: Evaluate) -> Pred:
+        """Exact: the same condition on the partition column."""
+        if isinstance(leaf, Cmp):
+            return Cmp(column, leaf.op, leaf.value)
+        if isinstance(leaf, InSet):
+            return InSet(column, leaf.values, leaf.negated)
+        if isinstance(leaf, IsNull):
+            return IsNull(column, leaf.negated)
+        return Like(column, leaf.pattern, leaf.negated)
 
 
 @dataclass(frozen=True)
@@ -90,6 +133,13 @@ class Year(_DatePart):
     """Calendar year of a date or timestamp."""
 
     type_name: ClassVar[str] = "year"
+
+    def project(self, leaf: Leaf, column: str, evaluate: Evaluate) -> Pred:
+        """The year never decreases as time goes on: ranges map to year ranges.
+
+        (Month, day and hour alone repeat; ranges over them are combined with the coarser
+        fields of the same column by the planner.)"""
+        return _project_monotone(leaf, column, evaluate)
 
 
 @dataclass(frozen=True)
@@ -174,8 +224,30 @@ class Truncate(Transform):
             return f"left(col0, {self.width})"
         return f"col0 - (col0 % {self.width})"
 
+    def project(self, leaf: Leaf, column: str, evaluate: Evaluate) -> Pred:
+        """Truncation never decreases as the source grows; ``LIKE 'prefix%'`` maps to the
+        truncated prefix."""
+        if isinstance(leaf, Like) and not leaf.negated:
+            prefix = _like_prefix(leaf.pattern)
+            if prefix is None:
+                return TRUE
+            if len(prefix) >= self.width:
+                return Cmp(column, "=", prefix[: self.width])
+            return Like(column, prefix + "%")
+        return _project_monotone(leaf, column, evaluate)
+
     def result_type(self, source_types: list[pa.DataType]) -> pa.DataType:
         return source_types[0]
+
+
+def _like_prefix(pattern: str) -> str | None:
+    """``abc`` for ``abc%``; None unless the pattern is a plain prefix followed by ``%``."""
+    if not pattern.endswith("%"):
+        return None
+    prefix = pattern[:-1]
+    if any(ch in prefix for ch in "%_\\"):
+        return None
+    return prefix
 
 
 _BY_NAME: dict[str, type[Transform]] = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -15,11 +15,21 @@ import lance
 import pyarrow as pa
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata, write_fragments
+from lance.schema import LanceSchema
 
 from . import storage
-from .arrow_json import strip_field_ids
-from .conform import check_write_schema, conform_for_write
-from .errors import CommitConflictError, WriteError
+from .conform import (
+    append_layout,
+    check_write_schema,
+    column_sources,
+    conform_for_write,
+    conform_to,
+    same_layout,
+    table_write_schema,
+)
+from .errors import CommitConflictError, SchemaError, WriteError
+from .evolution import dropped_names, full_schema
+from .hive import fill_constants, identity_constants
 from .manifest import (
     OVERWRITE_ALL,
     SEP,
@@ -29,6 +39,7 @@ from .manifest import (
     ManifestStore,
     TableEntry,
     overwritten_ids,
+    partition_field_columns,
     random_name,
     table_location,
 )
@@ -96,6 +107,10 @@ class _Pending:
     rows: int = 0
     fragments: list[FragmentMetadata] = field(default_factory=list)
     version: int | None = None
+    # the schema ``fragments`` were written with (None: the write schema) and, for appends to
+    # an existing table, that table's data storage version
+    layout: pa.Schema | None = None
+    storage_version: str | None = None
 
     @property
     def object_id(self) -> str:
@@ -136,7 +151,9 @@ class PartitionWriter:
         self.store = store
         self.base = base
         self.schema = schema
-        self.write_schema = strip_field_ids(schema)
+        # no field-level ids (Lance drops them); dlp:field_ids in the schema metadata instead
+        self.write_schema = table_write_schema(schema)
+        self.dropped = _dropped(base)
         self.spec = spec
         self.mode = mode
         self.commit_properties = dict(commit_properties or {})
@@ -152,7 +169,7 @@ class PartitionWriter:
     def write(self, data: Any) -> WriteResult:
         """Write ``data`` and commit; nothing is visible unless this returns."""
         reader = as_reader(data)
-        check_write_schema(reader.schema, self.write_schema)
+        check_write_schema(reader.schema, self.write_schema, self.dropped)
         evaluator = SpecEvaluator(self.spec, self.schema)
         workers = max(1, min(SPLIT_THREADS, os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -226,19 +243,30 @@ class PartitionWriter:
         table = pa.Table.from_batches(
             [rows.materialize() for rows in pending.batches], schema=self.write_schema
         )
-        # existing tables: append-mode fragments take the table's field ids; replacements and
-        # new tables take the namespace schema's
-        append = pending.existing is not None and not self._replaces(pending)
-        pending.fragments.extend(
-            write_fragments(
-                table,
-                self._uri(pending),
-                schema=self.write_schema,
-                mode="append" if append or pending.existing is None else "overwrite",
-                max_rows_per_file=MAX_ROWS_PER_FILE,
-                storage_options=self.store.storage_options,
+        if pending.existing is not None and not self._replaces(pending):
+            # appends: fragments in the layout the table takes (see _append_layout), with field
+            # ids numbered from that layout as the table's are
+            layout, version = self._append_layout(pending)
+            pending.fragments.extend(
+                self._write_layout(
+                    conform_to(table, layout, column_sources(self.write_schema, layout)),
+                    self._uri(pending),
+                    layout,
+                    version,
+                )
             )
-        )
+        else:
+            # replacements take the write schema's ids; new tables are created by the write
+            pending.fragments.extend(
+                write_fragments(
+                    table,
+                    self._uri(pending),
+                    schema=self.write_schema,
+                    mode="append" if pending.existing is None else "overwrite",
+                    max_rows_per_file=MAX_ROWS_PER_FILE,
+                    storage_options=self.store.storage_options,
+                )
+            )
         self._buffered -= pending.buffered_bytes
         pending.batches.clear()
         pending.buffered_bytes = 0
@@ -246,6 +274,40 @@ class PartitionWriter:
     def _replaces(self, pending: _Pending) -> bool:
         """Whether this write replaces ``pending``'s partition (else appends to it)."""
         return self.mode in ("overwrite_partitions", "overwrite")
+
+    def _append_layout(self, pending: _Pending) -> tuple[pa.Schema, str]:
+        """The layout (and storage version) of ``pending``'s appended fragments, fixed at the
+        first flush from the table at its registered version."""
+        if pending.layout is None or pending.storage_version is None:
+            assert pending.existing is not None
+            ds = self._open(pending.existing)
+            pending.layout = append_layout(ds.schema, self.write_schema)
+            pending.storage_version = ds.data_storage_version
+        return pending.layout, pending.storage_version
+
+    def _open(self, entry: TableEntry) -> lance.LanceDataset:
+        """A registered partition table at its registered version."""
+        uri = storage.join(self.store.root, entry.location)
+        version = self._base_version(entry)
+        return lance.dataset(uri, version=version, storage_options=self.store.storage_options)
+
+    def _write_layout(
+        self,
+        data: pa.Table | pa.RecordBatchReader,
+        uri: str,
+        layout: pa.Schema,
+        storage_version: str,
+    ) -> list[FragmentMetadata]:
+        """Fragments of ``data`` (shaped ``layout``) with field ids numbered from ``layout``."""
+        return write_fragments(
+            data,
+            uri,
+            schema=layout,
+            mode="overwrite",
+            max_rows_per_file=MAX_ROWS_PER_FILE,
+            data_storage_version=storage_version,
+            storage_options=self.store.storage_options,
+        )
 
     # -- partition tables ---------------------------------------------------------------------
     def _base_version(self, entry: TableEntry) -> int:
@@ -264,15 +326,83 @@ class PartitionWriter:
             op = LanceOperation.Overwrite(self.write_schema, pending.fragments)
             return lance.LanceDataset.commit(uri, op, storage_options=opts).version
         base = self._base_version(onto)
-        if replace:
-            op = LanceOperation.Overwrite(self.write_schema, pending.fragments)
-        else:
-            base = self._detached_base(uri, base)
-            op = LanceOperation.Append(pending.fragments)
+        if not replace:
+            return self._append_into(pending, uri, self._detached_base(uri, base))
+        op = LanceOperation.Overwrite(self.write_schema, pending.fragments)
         ds = lance.LanceDataset.commit(
             uri, op, read_version=base, detached=True, storage_options=opts
         )
         return ds.version
+
+    def _append_into(self, pending: _Pending, uri: str, base: int) -> int:
+        """Append ``pending``'s rows to the table at detached version ``base``; return the new
+        detached version.
+
+        When the table's schema is older than the write's (columns added, renamed, promoted or
+        dropped since it was written), it first takes the append layout: metadata-only (a Lance
+        Project: renames, added NULL columns, relaxed nullability) when its columns keep their
+        positions and types, else by rewriting its rows in the new layout together with ours."""
+        opts = self.store.storage_options
+        ds = lance.dataset(uri, version=base, storage_options=opts)
+        layout = append_layout(ds.schema, self.write_schema)
+        version = ds.data_storage_version
+        fragments = pending.fragments
+        if pending.layout is None or not (
+            same_layout(layout, pending.layout) and version == pending.storage_version
+        ):
+            # the table changed under us (a concurrent commit): re-lay our rows out for it
+            fragments = self._write_layout(self._our_rows(pending, layout), uri, layout, version)
+        values = dict(zip((f.field_id for f in self.spec.fields), pending.key, strict=True))
+        constants = identity_constants(self.spec, self.schema, values)
+        if any(v is not None and n not in ds.schema.names for n, v in constants.items()):
+            # an imported (Hive) table lacks its key columns: store them once, with our rows
+            return self._rewrite_with(ds, layout, fragments, uri, constants)
+        if not same_layout(ds.schema, layout):
+            evolved = _project(ds, layout, uri, opts)
+            if evolved is None:
+                return self._rewrite_with(ds, layout, fragments, uri)
+            base = evolved
+        ds = lance.LanceDataset.commit(
+            uri,
+            LanceOperation.Append(fragments),
+            read_version=base,
+            detached=True,
+            storage_options=opts,
+        )
+        return ds.version
+
+    def _rewrite_with(
+        self,
+        ds: lance.LanceDataset,
+        layout: pa.Schema,
+        fragments: list[FragmentMetadata],
+        uri: str,
+        constants: dict[str, Any] | None = None,
+    ) -> int:
+        """A detached version holding the table's rows re-written in ``layout`` (identity
+        partition columns it lacks filled from ``constants``) plus ``fragments``."""
+
+        sources = column_sources(ds.schema, layout)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            """The table's batches in ``layout``."""
+            for batch in ds.to_batches():
+                table = conform_to(batch, layout, sources)
+                if constants:
+                    table = fill_constants(table, constants, layout)
+                yield from table.to_batches()
+
+        reader = pa.RecordBatchReader.from_batches(layout, batches())
+        carried = self._write_layout(reader, uri, layout, ds.data_storage_version)
+        op = LanceOperation.Overwrite(layout, [*carried, *fragments])
+        new = lance.LanceDataset.commit(
+            uri,
+            op,
+            read_version=ds.version,
+            detached=True,
+            storage_options=self.store.storage_options,
+        )
+        return new.version
 
     def _create_table(self, pending: _Pending) -> int:
         """Create a new partition table holding all of ``pending``'s rows in one call."""
@@ -352,13 +482,22 @@ class PartitionWriter:
                     f"{self.store.root}: a concurrent commit replaced partitions while this "
                     "write was replacing the whole table; retry the write"
                 )
+            if snap.metadata.get(self.spec.key) != self.base.metadata.get(self.spec.key):
+                raise CommitConflictError(
+                    f"{self.store.root}: partition spec v{self.spec.spec_id} changed while this "
+                    "write was running (e.g. an upgrade); retry the write"
+                )
             index = snap.table_index(self.spec.spec_id)
             ns_ids = dict(snap.namespace_ids())
-            edit = ManifestEdit()
+            # the spec's manifest columns and v<N> namespace come with its first write
+            edit = ManifestEdit(new_columns=partition_field_columns([self.spec]))
+            edit.upserts[self.spec.namespace] = {"object_type": "namespace"}
             for pending in self._pending.values():
                 results.append(self._plan_partition(pending, snap, index, ns_ids, theirs, edit))
             if self.mode == "overwrite":
                 removed.extend(self._deregister_rest(snap, edit))
+            elif self.mode == "overwrite_partitions":
+                removed.extend(self._deregister_covered(snap, edit))
             replaced.extend(p.object_id for p in results if p.replaced)
             edit.properties = {
                 "operation": "write",
@@ -500,8 +639,14 @@ class PartitionWriter:
             replaced=self._replaces(pending),
         )
 
-    def _our_rows(self, pending: _Pending) -> pa.Table:
-        """The rows this write put in ``pending``'s table (without the table's earlier rows)."""
+    def _our_rows(self, pending: _Pending, shape: pa.Schema) -> pa.Table:
+        """The rows this write put in ``pending``'s table (without the table's earlier rows),
+        shaped ``shape``."""
+        written = pending.layout or self.write_schema
+        return conform_to(self._stored_rows(pending), shape, column_sources(written, shape))
+
+    def _stored_rows(self, pending: _Pending) -> pa.Table:
+        """The rows this write put in ``pending``'s table, as its fragments hold them."""
         opts = self.store.storage_options
         if pending.existing is None:
             assert pending.version is not None
@@ -510,7 +655,7 @@ class PartitionWriter:
             ).to_table()
         only_ours = lance.LanceDataset.commit(
             self._uri(pending),
-            LanceOperation.Overwrite(self.write_schema, pending.fragments),
+            LanceOperation.Overwrite(pending.layout or self.write_schema, pending.fragments),
             read_version=self._base_version(pending.existing),
             detached=True,
             storage_options=opts,
@@ -524,7 +669,7 @@ class PartitionWriter:
             location = table_location(oid)
             uri = storage.join(self.store.root, location)
             ds = lance.write_dataset(
-                self._our_rows(pending),
+                self._our_rows(pending, self.write_schema),
                 uri,
                 schema=self.write_schema,
                 storage_options=self.store.storage_options,
@@ -536,14 +681,46 @@ class PartitionWriter:
         """Re-write our rows into a partition table that another writer registered."""
         uri = storage.join(self.store.root, target.location)
         frags = write_fragments(
-            self._our_rows(pending),
+            self._our_rows(pending, self.write_schema),
             uri,
             schema=self.write_schema,
-            mode="overwrite" if replace else "append",
+            mode="overwrite",
             storage_options=self.store.storage_options,
         )
+        # appends re-lay these out for the target table if it needs another layout
         copy = _Pending(pending.key, target, pending.path, target.location, fragments=frags)
         return self._commit_table(copy, target, replace)
+
+    def _deregister_covered(self, snap: ManifestSnapshot, edit: ManifestEdit) -> list[str]:
+        """For ``overwrite_partitions``: partitions of older spec versions that lie wholly inside
+        a replaced partition (their spec has every field of the current one, with the same
+        values) are deregistered in the same commit; others are kept."""
+        replaced = set(self._pending)
+        wanted = [f.field_id for f in self.spec.fields]
+        removed = []
+        for spec_id, spec in snap.specs.items():
+            ids = [f.field_id for f in spec.fields]
+            if spec_id == self.spec.spec_id or not set(wanted) <= set(ids):
+                continue
+            positions = [ids.index(fid) for fid in wanted]
+            for t in snap.tables():
+                if t.spec_id == spec_id and tuple(t.values[i] for i in positions) in replaced:
+                    removed.append(t.object_id)
+        if removed:
+            edit.deletes.update(removed)
+            self._delete_empty_namespaces(snap, edit)
+        return removed
+
+    def _delete_empty_namespaces(self, snap: ManifestSnapshot, edit: ManifestEdit) -> None:
+        """Delete partition namespaces with no table left beneath them."""
+        tables = {t.object_id for t in snap.tables()} - edit.deletes
+        tables |= {oid for oid, cols in edit.upserts.items() if cols.get("object_type") == "table"}
+        ancestors = {
+            SEP.join(oid.split(SEP)[:i]) for oid in tables for i in range(1, oid.count(SEP) + 1)
+        }
+        for ns_oid in snap.namespace_ids().values():
+            if ns_oid not in ancestors:
+                edit.deletes.add(ns_oid)
 
     def _deregister_rest(self, snap: ManifestSnapshot, edit: ManifestEdit) -> list[str]:
         """For ``overwrite``: remove every table (of any spec) this write did not write, and
@@ -552,10 +729,56 @@ class PartitionWriter:
         kept |= {oid for oid in edit.upserts if oid.endswith(SEP + TABLE_NAME)}
         removed = [t.object_id for t in snap.tables() if t.object_id not in kept]
         edit.deletes.update(removed)
-        ancestors = {
-            SEP.join(oid.split(SEP)[:i]) for oid in kept for i in range(1, oid.count(SEP) + 1)
-        }
-        for (_spec_id, _prefix), ns_oid in snap.namespace_ids().items():
-            if ns_oid not in ancestors:
-                edit.deletes.add(ns_oid)
+        self._delete_empty_namespaces(snap, edit)
         return removed
+
+
+def _dropped(base: ManifestSnapshot) -> set[str]:
+    """Columns dropped from the namespace schema of ``base`` (writing them is an error)."""
+    try:
+        return dropped_names(full_schema(base.metadata))
+    except SchemaError:
+        return set()
+
+
+def _lance_ids(fields: list[Any]) -> list[int]:
+    """Lance field ids of ``fields`` and their children, depth first."""
+    out: list[int] = []
+    for f in fields:
+        out.append(f.id())
+        out.extend(_lance_ids(f.children()))
+    return out
+
+
+def _project(
+    ds: lance.LanceDataset, layout: pa.Schema, uri: str, opts: dict[str, str] | None
+) -> int | None:
+    """A detached version of ``ds`` with schema ``layout`` changed in metadata only, or None
+    when that is not possible (columns moved, types changed, or field ids not numbered as
+    ``layout`` numbers them)."""
+    current = ds.schema
+    sources = column_sources(current, layout)
+    if len(layout) < len(current) or any(
+        sources[layout.field(i).name] != f.name or layout.field(i).type != f.type
+        for i, f in enumerate(current)
+    ):
+        return None
+    ids = _lance_ids(ds.lance_schema.fields())
+    if ids != _lance_ids(LanceSchema.from_pyarrow(current).fields()):
+        return None
+    known = set(ids)
+    for fragment in ds.get_fragments():
+        for data_file in fragment.metadata.files:
+            if not {i for i in data_file.fields if i >= 0} <= known:
+                return None  # a file still holds a dropped field the new columns would take
+    try:
+        new = lance.LanceDataset.commit(
+            uri,
+            LanceOperation.Project(LanceSchema.from_pyarrow(layout)),
+            read_version=ds.version,
+            detached=True,
+            storage_options=opts,
+        )
+    except (OSError, ValueError):
+        return None
+    return new.version

@@ -1,0 +1,320 @@
+"""Schema evolution of a partitioned namespace: add, rename, drop and promote columns.
+
+Each operation is one ``__manifest`` commit that rewrites the ``schema`` table metadata; no
+partition table is rewritten. Readers reconcile old partition tables with the new schema by
+field id (see :mod:`.conform`), and the first append into an old partition table brings that
+table up to date (see :mod:`.writer`).
+
+Rules (FORMAT.md "Namespace schema", draft spec "Schema Evolution Rules"):
+
+- add: nullable columns only; every new field (nested ones too) gets an id greater than any id
+  ever assigned (dropped fields stay in the JSON, so their ids are never handed out again).
+- rename: the field keeps its id, so partition specs (which reference ids) keep working.
+- drop: refused while the current spec uses the column; otherwise the field stays in the JSON,
+  nullable, with ``"lance:deprecated": "true"``, and disappears from the visible schema.
+- promote: widening only, see :func:`is_widening`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import lance
+import pyarrow as pa
+from lance import LanceOperation
+from lance.dataset import Transaction
+
+from . import arrow_json
+from .errors import CommitConflictError, SchemaError, WriteError
+from .manifest import COMMIT_PROPERTY_PREFIX, SCHEMA_KEY
+from .spec import PartitionSpec, specs_from_metadata
+
+if TYPE_CHECKING:
+    from .namespace import PartitionedNamespace
+
+DEPRECATED_KEY = "lance:deprecated"
+"""Field metadata key marking a dropped field (value ``"true"``)."""
+
+MAX_ATTEMPTS = 30
+
+_DEPRECATED_BKEY = DEPRECATED_KEY.encode()
+
+_SIGNED = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+_UNSIGNED = [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
+_FLOATS = [pa.float16(), pa.float32(), pa.float64()]
+
+
+# --------------------------------------------------------------------------------------------
+# Deprecated fields
+
+
+def is_deprecated(f: pa.Field) -> bool:
+    """Whether ``f`` carries ``lance:deprecated: true`` (a dropped column)."""
+    return (f.metadata or {}).get(_DEPRECATED_BKEY, b"").lower() == b"true"
+
+
+def live_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without its deprecated (dropped) top-level fields."""
+    if not any(is_deprecated(f) for f in schema):
+        return schema
+    return pa.schema([f for f in schema if not is_deprecated(f)], metadata=schema.metadata)
+
+
+def dropped_names(schema: pa.Schema) -> set[str]:
+    """Names of dropped top-level fields that no live field has taken since."""
+    live = {f.name for f in schema if not is_deprecated(f)}
+    return {f.name for f in schema if is_deprecated(f)} - live
+
+
+def full_schema(metadata: dict[str, str]) -> pa.Schema:
+    """The namespace schema stored in ``__manifest`` metadata, dropped fields included."""
+    raw = metadata.get(SCHEMA_KEY)
+    if raw is None:
+        raise SchemaError("__manifest metadata has no 'schema'")
+    return arrow_json.schema_from_json(raw)
+
+
+# --------------------------------------------------------------------------------------------
+# Type promotion
+
+
+def is_widening(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Whether every ``src`` value is exactly a ``dst`` value and hashes to the same bucket.
+
+    Allowed: a wider signed integer; a wider unsigned integer, or a signed integer wider than
+    the unsigned one; float16 -> float32 -> float64; a decimal with more precision and the same
+    scale; utf8 -> large_utf8; binary -> large_binary. Integers never become floats (integers
+    and floats hash differently, so bucket partition values would move) and dates, times and
+    timestamps keep their type."""
+    if src == dst:
+        return False
+    if src in _SIGNED and dst in _SIGNED:
+        return _SIGNED.index(dst) > _SIGNED.index(src)
+    if src in _UNSIGNED and dst in _UNSIGNED:
+        return _UNSIGNED.index(dst) > _UNSIGNED.index(src)
+    if src in _UNSIGNED and dst in _SIGNED:
+        return dst.bit_width > src.bit_width
+    if src in _FLOATS and dst in _FLOATS:
+        return _FLOATS.index(dst) > _FLOATS.index(src)
+    if pa.types.is_decimal(src) and pa.types.is_decimal(dst):
+        return (
+            src.scale == dst.scale
+            and dst.precision >= src.precision
+            and dst.bit_width >= src.bit_width
+        )
+    return (src, dst) in ((pa.utf8(), pa.large_utf8()), (pa.binary(), pa.large_binary()))
+
+
+# --------------------------------------------------------------------------------------------
+# Operations
+
+
+def add_columns(ns: PartitionedNamespace, fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> int:
+    """Add nullable columns with new field ids in one manifest commit; returns its version."""
+    new_fields = _as_fields(fields)
+
+    def change(full: pa.Schema, specs: list[PartitionSpec]) -> pa.Schema:
+        """``full`` with the new fields appended, numbered past every id ever assigned."""
+        live = set(live_schema(full).names)
+        seen: set[str] = set()
+        for f in new_fields:
+            if f.name in live or f.name in seen:
+                raise SchemaError(f"cannot add column {f.name!r}: the schema already has it")
+            if not f.nullable:
+                raise SchemaError(
+                    f"cannot add column {f.name!r}: added columns must be nullable "
+                    "(partition tables written before have no values for it)"
+                )
+            seen.add(f.name)
+        plain = arrow_json.strip_field_ids(arrow_json.normalize_schema(pa.schema(new_fields)))
+        numbered, _ = arrow_json.assign_field_ids(plain, _next_field_id(full, specs))
+        out = full
+        for f in numbered:
+            out = out.append(f)
+        return out
+
+    return _evolve(ns, "add_columns", change)
+
+
+def rename_column(ns: PartitionedNamespace, old: str, new: str) -> int:
+    """Rename a column, keeping its field id, in one manifest commit; returns its version."""
+    if not isinstance(new, str) or not new:
+        raise SchemaError(f"cannot rename column {old!r}: the new name must be a non-empty string")
+
+    def change(full: pa.Schema, specs: list[PartitionSpec]) -> pa.Schema:
+        """``full`` with the column renamed (same id, type and metadata)."""
+        idx = _live_index(full, old, "rename")
+        if new in live_schema(full).names:
+            raise SchemaError(f"cannot rename column {old!r} to {new!r}: {new!r} already exists")
+        return full.set(idx, full.field(idx).with_name(new))
+
+    return _evolve(ns, "rename_column", change)
+
+
+def drop_column(ns: PartitionedNamespace, name: str) -> int:
+    """Mark a column deprecated (kept in the schema JSON, hidden from readers and writers) in
+    one manifest commit; returns its version. Refused while the current spec uses it."""
+
+    def change(full: pa.Schema, specs: list[PartitionSpec]) -> pa.Schema:
+        """``full`` with the column marked deprecated and nullable."""
+        idx = _live_index(full, name, "drop")
+        fid = arrow_json.field_id(full.field(idx))
+        current = specs[-1]
+        users = [f.field_id for f in current.fields if fid is not None and fid in f.source_ids]
+        if users:
+            raise SchemaError(
+                f"cannot drop column {name!r}: partition field(s) {', '.join(map(repr, users))} "
+                f"of the current partition spec v{current.spec_id} use it; create a partition "
+                "spec without it first"
+            )
+        if len(live_schema(full)) == 1:
+            raise SchemaError(f"cannot drop column {name!r}: it is the last column")
+        f = full.field(idx)
+        md = dict(f.metadata or {})
+        md[_DEPRECATED_BKEY] = b"true"
+        return full.set(idx, f.with_nullable(True).with_metadata(md))
+
+    return _evolve(ns, "drop_column", change)
+
+
+def promote_column(ns: PartitionedNamespace, name: str, wider_type: pa.DataType) -> int:
+    """Widen a column's type (see :func:`is_widening`) in one manifest commit; returns its
+    version."""
+    if not isinstance(wider_type, pa.DataType):
+        raise SchemaError(f"cannot promote column {name!r}: {wider_type!r} is not an Arrow type")
+    target = arrow_json.normalize_type(wider_type)
+
+    def change(full: pa.Schema, specs: list[PartitionSpec]) -> pa.Schema:
+        """``full`` with the column's type widened."""
+        idx = _live_index(full, name, "promote")
+        f = full.field(idx)
+        if not is_widening(f.type, target):
+            raise SchemaError(
+                f"cannot promote column {name!r} from {f.type} to {target}: only widening "
+                "promotions are allowed (e.g. int32 -> int64, float32 -> float64)"
+            )
+        return full.set(idx, f.with_type(target))
+
+    return _evolve(ns, "promote_column", change)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _as_fields(fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> list[pa.Field]:
+    """The fields to add as a list (a single field, a sequence of fields, or a schema)."""
+    if isinstance(fields, pa.Field):
+        out = [fields]
+    elif isinstance(fields, pa.Schema):
+        out = list(fields)
+    else:
+        out = list(fields)
+    if not out:
+        raise SchemaError("add_columns needs at least one field")
+    for f in out:
+        if not isinstance(f, pa.Field):
+            raise SchemaError(f"add_columns takes pyarrow fields, got {f!r}")
+    return out
+
+
+def _live_index(full: pa.Schema, name: str, verb: str) -> int:
+    """Index in ``full`` of the live (not dropped) column ``name``; raises naming it."""
+    for i, f in enumerate(full):
+        if f.name == name and not is_deprecated(f):
+            return i
+    live = live_schema(full).names
+    raise SchemaError(f"cannot {verb} column {name!r}: no such column (columns: {', '.join(live)})")
+
+
+def _next_field_id(full: pa.Schema, specs: list[PartitionSpec]) -> int:
+    """One past every field id the schema (dropped fields included) or any spec references."""
+    referenced = [sid for s in specs for f in s.fields for sid in f.source_ids]
+    return max([arrow_json.max_field_id(full), *referenced]) + 1
+
+
+def _check_specs(schema: pa.Schema, specs: list[PartitionSpec]) -> None:
+    """Raise when the current spec no longer compiles against the new visible schema."""
+    from .partitioner import SpecEvaluator
+
+    SpecEvaluator(specs[-1], live_schema(schema))
+
+
+def _evolve(
+    ns: PartitionedNamespace,
+    operation: str,
+    change: Callable[[pa.Schema, list[PartitionSpec]], pa.Schema],
+) -> int:
+    """Apply ``change`` to the latest namespace schema in one manifest commit (re-validated
+    and retried when a concurrent commit wins); returns the new manifest version."""
+    if ns._pinned:
+        raise WriteError(
+            f"{ns.uri} was opened at manifest version {ns.version}; "
+            "open it without a version to change its schema"
+        )
+    store = ns._store
+    delay = 0.01
+    for _attempt in range(MAX_ATTEMPTS):
+        ds = store.dataset()
+        metadata = dict(ds.metadata)
+        specs = specs_from_metadata(metadata)
+        new = change(full_schema(metadata), specs)
+        _check_specs(new, specs)
+        raw = json.dumps(arrow_json.schema_to_json(new), separators=(",", ":"))
+        try:
+            return _commit_schema(store.uri, raw, ds.version, operation, store.storage_options)
+        except (lance.commit.CommitConflictError, OSError) as e:
+            if not _is_conflict(e):
+                raise
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 0.5)
+    raise CommitConflictError(
+        f"{store.uri}: gave up changing the schema after {MAX_ATTEMPTS} concurrent commits"
+    )
+
+
+def _is_conflict(e: Exception) -> bool:
+    """Whether a failed commit lost against a concurrent commit."""
+    if isinstance(e, lance.commit.CommitConflictError):
+        return True
+    text = str(e).lower()
+    return "conflict" in text or "preempted" in text or "incompatible" in text
+
+
+def _commit_schema(
+    uri: str,
+    raw: str,
+    base_version: int,
+    operation: str,
+    storage_options: dict[str, str] | None,
+) -> int:
+    """Commit ``schema`` = ``raw`` on top of ``base_version``; fails on a concurrent commit."""
+    op = LanceOperation.UpdateConfig(
+        table_metadata_updates=LanceOperation.UpdateMap({SCHEMA_KEY: raw}, replace=False)
+    )
+    props = {"operation": operation, "overwritten": "[]"}
+    tx = Transaction(
+        read_version=base_version,
+        operation=op,
+        transaction_properties={COMMIT_PROPERTY_PREFIX + k: v for k, v in props.items()},
+    )
+    ds = lance.LanceDataset.commit(uri, tx, storage_options=storage_options, max_retries=0)
+    return ds.version
+
+
+__all__ = [
+    "DEPRECATED_KEY",
+    "add_columns",
+    "drop_column",
+    "dropped_names",
+    "full_schema",
+    "is_deprecated",
+    "is_widening",
+    "live_schema",
+    "promote_column",
+    "rename_column",
+]

@@ -1,0 +1,186 @@
+"""Scan planning: which partition tables, at which versions, a filter needs."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from . import storage
+from .filters import FilterLike, parse, to_sql
+from .hive import identity_constants
+from .manifest import ManifestSnapshot, TableEntry
+from .predicates import TRUE, NotRenderable, Pred, from_datafusion
+from .predicates import to_sql as pred_sql
+from .pruning import (
+    SpecProjector,
+    SpecPruning,
+    manifest_query,
+    manifest_where,
+    scan_manifest,
+    select_tables,
+)
+from .spec import PartitionSpec
+
+
+@dataclass(frozen=True)
+class ScanTask:
+    """One partition table to read, pinned to the version the manifest registered."""
+
+    object_id: str
+    location: str
+    uri: str
+    read_version: int | None
+    read_branch: str | None
+    read_tag: str | None
+    spec_id: int
+    partition_values: dict[str, Any]
+    # identity partition columns -> their value (filled in when a table does not store them)
+    constants: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """The tasks a scan reads, the filter applied inside each, and the manifest version used."""
+
+    tasks: tuple[ScanTask, ...]
+    residual_filter: str | None
+    manifest_version: int
+    total_partitions: int
+    specs: tuple[SpecPruning, ...] = ()
+    manifest_query: str = ""
+    source_predicate: str = field(default="TRUE")
+
+    @property
+    def pruned(self) -> int:
+        """How many registered partition tables the plan skips."""
+        return self.total_partitions - len(self.tasks)
+
+    def explain(self) -> str:
+        """A readable account of the plan: per spec version, the manifest predicate and how
+        many partitions it keeps, then the filter applied inside each partition."""
+        lines = [
+            f"scan of manifest version {self.manifest_version}: "
+            f"{len(self.tasks)} of {self.total_partitions} partition tables",
+            f"  filter: {self.residual_filter or '(none)'}",
+        ]
+        for sp in self.specs:
+            lines.append(
+                f"  spec v{sp.spec_id}: keep {sp.kept} / {sp.total} partitions where {sp.predicate}"
+            )
+        lines.append(
+            f"  residual filter in each partition scan: {self.residual_filter or '(none)'}"
+        )
+        lines.append(f"  manifest query: {self.manifest_query}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan's explanation as JSON-able data."""
+        return {
+            "manifest_version": self.manifest_version,
+            "filter": self.residual_filter,
+            "total_partitions": self.total_partitions,
+            "kept_partitions": len(self.tasks),
+            "specs": [
+                {
+                    "spec_id": s.spec_id,
+                    "manifest_predicate": s.predicate,
+                    "kept": s.kept,
+                    "total": s.total,
+                }
+                for s in self.specs
+            ],
+            "residual_filter": self.residual_filter,
+            "manifest_query": self.manifest_query,
+            "tasks": [
+                {
+                    "object_id": t.object_id,
+                    "location": t.location,
+                    "read_version": t.read_version,
+                    "spec_id": t.spec_id,
+                }
+                for t in self.tasks
+            ],
+        }
+
+    def __str__(self) -> str:
+        return self.explain()
+
+
+def plan_scan(
+    snapshot: ManifestSnapshot,
+    schema: pa.Schema,
+    root: str,
+    filter: FilterLike = None,
+) -> ScanPlan:
+    """Tasks for the partition tables that may hold rows matching ``filter``: the filter is
+    projected onto every spec version's partition columns and ``__manifest`` is queried once."""
+    sql = to_sql(filter)
+    source: Pred = from_datafusion(parse(sql, schema), schema) if sql else TRUE
+    predicates = {
+        spec_id: projector(spec, schema).project(source) for spec_id, spec in snapshot.specs.items()
+    }
+    query = manifest_query(snapshot, predicates)
+    tables = _selected_tables(snapshot, predicates, query)
+    total = snapshot.table_counts()
+    tasks = [_task(t, snapshot.specs[t.spec_id], root, schema) for t in tables]
+    types = {f.name: f.type for f in snapshot.arrow_schema}
+    per_spec = tuple(
+        SpecPruning(
+            spec_id,
+            pred_sql(pred, types),
+            sum(1 for t in tasks if t.spec_id == spec_id),
+            total.get(spec_id, 0),
+        )
+        for spec_id, pred in sorted(predicates.items())
+    )
+    return ScanPlan(
+        tuple(tasks),
+        sql,
+        snapshot.version,
+        sum(total.values()),
+        per_spec,
+        query,
+        pred_sql(source, {f.name: f.type for f in schema}),
+    )
+
+
+def _selected_tables(
+    snapshot: ManifestSnapshot, predicates: dict[int, Pred], query: str
+) -> list[TableEntry]:
+    """The partition tables the manifest query selects: from the loaded manifest when it is
+    in memory, else with Lance's scanner (indexed) when the predicate renders for Lance."""
+    if all(p == TRUE for p in predicates.values()) or snapshot.loaded:
+        if all(p == TRUE for p in predicates.values()):
+            return snapshot.tables()
+        selected = select_tables(snapshot, query)
+        return [t for t in snapshot.tables() if t.object_id in selected]
+    try:
+        where = manifest_where(snapshot, predicates, dialect="lance")
+    except NotRenderable:
+        selected = select_tables(snapshot, query)
+        return [t for t in snapshot.tables() if t.object_id in selected]
+    return scan_manifest(snapshot, where)
+
+
+@functools.lru_cache(maxsize=64)
+def projector(spec: PartitionSpec, schema: pa.Schema) -> SpecProjector:
+    """The (cached) projector of one spec version over a namespace schema."""
+    return SpecProjector(spec, schema)
+
+
+def _task(entry: TableEntry, spec: PartitionSpec, root: str, schema: pa.Schema) -> ScanTask:
+    values = entry.partition_values(spec)
+    return ScanTask(
+        entry.object_id,
+        entry.location,
+        storage.join(root, entry.location),
+        None if entry.read_version is None else int(entry.read_version),
+        entry.read_branch,
+        entry.read_tag,
+        entry.spec_id,
+        values,
+        identity_constants(spec, schema, values),
+    )

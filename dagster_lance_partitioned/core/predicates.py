@@ -1,0 +1,284 @@
+"""A small predicate tree used for pruning: built from DataFusion's parsed filter (over source
+columns), projected onto partition columns, and rendered as SQL for the ``__manifest`` query."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import datafusion as dfn
+import pyarrow as pa
+
+from .filters import _literal
+
+CMP_OPS = ("=", "!=", "<", "<=", ">", ">=")
+_FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_NEGATE = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+class Pred:
+    """Base of predicate nodes."""
+
+
+@dataclass(frozen=True)
+class Const(Pred):
+    """TRUE (keep everything) or FALSE (keep nothing)."""
+
+    value: bool
+
+
+TRUE, FALSE = Const(True), Const(False)
+
+
+@dataclass(frozen=True)
+class And(Pred):
+    parts: tuple[Pred, ...]
+
+
+@dataclass(frozen=True)
+class Or(Pred):
+    parts: tuple[Pred, ...]
+
+
+@dataclass(frozen=True)
+class Cmp(Pred):
+    """``column op value`` with a non-NULL value."""
+
+    column: str
+    op: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class InSet(Pred):
+    """``column [NOT] IN (values)``; NULL values are dropped (they never match)."""
+
+    column: str
+    values: tuple[Any, ...]
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class IsNull(Pred):
+    column: str
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Like(Pred):
+    column: str
+    pattern: str
+    negated: bool = False
+
+
+Leaf = Cmp | InSet | IsNull | Like
+
+
+def conj(parts: list[Pred]) -> Pred:
+    """AND of ``parts`` with constants folded."""
+    out: list[Pred] = []
+    for p in parts:
+        if p == FALSE:
+            return FALSE
+        if p == TRUE:
+            continue
+        out.extend(p.parts if isinstance(p, And) else (p,))
+    if not out:
+        return TRUE
+    return out[0] if len(out) == 1 else And(tuple(dict.fromkeys(out)))
+
+
+def disj(parts: list[Pred]) -> Pred:
+    """OR of ``parts`` with constants folded."""
+    out: list[Pred] = []
+    for p in parts:
+        if p == TRUE:
+            return TRUE
+        if p == FALSE:
+            continue
+        out.extend(p.parts if isinstance(p, Or) else (p,))
+    if not out:
+        return FALSE
+    return out[0] if len(out) == 1 else Or(tuple(dict.fromkeys(out)))
+
+
+# -- from DataFusion --------------------------------------------------------------------------
+class _Unknown(Pred):
+    """A condition pruning cannot use (projects to TRUE under any negation)."""
+
+
+UNKNOWN = _Unknown()
+
+
+def from_datafusion(expr: dfn.Expr, schema: pa.Schema) -> Pred:
+    """The predicate tree of a parsed filter, in negation normal form, over ``schema``'s columns;
+    literals are cast to their column's type."""
+    return _convert(expr, schema, negate=False)
+
+
+def _name(expr: dfn.Expr) -> str | None:
+    v = expr.to_variant()
+    kind = type(v).__name__
+    if kind == "Column":
+        return v.name()
+    if kind == "Alias":
+        return _name(v.expr())
+    return None
+
+
+def _convert(expr: dfn.Expr, schema: pa.Schema, negate: bool) -> Pred:
+    v = expr.to_variant()
+    kind = type(v).__name__
+    if kind == "Alias":
+        return _convert(v.expr(), schema, negate)
+    if kind == "Not":
+        return _convert(v.expr(), schema, not negate)
+    if kind == "BinaryExpr":
+        op = v.op().upper()
+        if op in ("AND", "OR"):
+            parts = [_convert(v.left(), schema, negate), _convert(v.right(), schema, negate)]
+            is_and = (op == "AND") != negate
+            return _fold(parts, is_and)
+        if op in CMP_OPS or op == "<>":
+            op = "!=" if op == "<>" else op
+            col, lit = _name(v.left()), v.right()
+            if col is None:
+                col, lit, op = _name(v.right()), v.left(), _FLIP[op]
+            if col is None or schema.get_field_index(col) < 0:
+                return UNKNOWN
+            ok, value = _literal(lit, schema.field(col).type)
+            if not ok:
+                return UNKNOWN
+            if value is None:  # comparing with NULL is never true
+                return FALSE
+            return Cmp(col, _NEGATE[op] if negate else op, value)
+        return UNKNOWN
+    if kind in ("IsNull", "IsNotNull"):
+        col = _name(v.expr())
+        if col is None or schema.get_field_index(col) < 0:
+            return UNKNOWN
+        return IsNull(col, negated=(kind == "IsNotNull") != negate)
+    if kind == "InList":
+        col = _name(v.expr())
+        if col is None or schema.get_field_index(col) < 0:
+            return UNKNOWN
+        values = []
+        for item in v.list():
+            ok, value = _literal(item, schema.field(col).type)
+            if not ok:
+                return UNKNOWN
+            values.append(value)
+        if any(x is None for x in values) and (v.negated() != negate):
+            return FALSE  # NOT IN with a NULL in the list is never true
+        return InSet(col, tuple(x for x in values if x is not None), v.negated() != negate)
+    if kind == "Between":
+        col = _name(v.expr())
+        if col is None or schema.get_field_index(col) < 0:
+            return UNKNOWN
+        t = schema.field(col).type
+        ok_lo, lo = _literal(v.low(), t)
+        ok_hi, hi = _literal(v.high(), t)
+        if not (ok_lo and ok_hi) or lo is None or hi is None:
+            return UNKNOWN
+        if v.negated() != negate:
+            return _fold([Cmp(col, "<", lo), Cmp(col, ">", hi)], is_and=False)
+        return _fold([Cmp(col, ">=", lo), Cmp(col, "<=", hi)], is_and=True)
+    if kind == "Like":
+        col = _name(v.expr())
+        if col is None or schema.get_field_index(col) < 0 or v.escape_char() is not None:
+            return UNKNOWN
+        ok, pattern = _literal(v.pattern(), pa.utf8())
+        if not ok or not isinstance(pattern, str):
+            return UNKNOWN
+        return Like(col, pattern, v.negated() != negate)
+    if kind == "Literal":
+        try:
+            value = expr.python_value()
+        except Exception:
+            return UNKNOWN
+        if isinstance(value, bool):
+            return Const(value != negate)
+        return UNKNOWN
+    return UNKNOWN
+
+
+def _fold(parts: list[Pred], is_and: bool) -> Pred:
+    if is_and:
+        known = [p for p in parts if p is not UNKNOWN]
+        return conj(known) if known else UNKNOWN
+    if any(p is UNKNOWN for p in parts):
+        return UNKNOWN
+    return disj(parts)
+
+
+# -- to SQL -----------------------------------------------------------------------------------
+def quote_ident(name: str) -> str:
+    """An identifier quoted for DataFusion (and Lance) SQL."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+class NotRenderable(Exception):
+    """A literal has no form in the requested SQL dialect."""
+
+
+def sql_literal(value: Any, t: pa.DataType, dialect: str = "datafusion") -> str:
+    """``value`` as a SQL literal of Arrow type ``t`` (dialect ``datafusion`` or ``lance``)."""
+    if dialect == "lance" and (
+        pa.types.is_timestamp(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+    ):
+        raise NotRenderable(str(t))
+    if value is None:
+        return "NULL"
+    if pa.types.is_boolean(t):
+        return "TRUE" if value else "FALSE"
+    if pa.types.is_integer(t):
+        return str(int(value))
+    if pa.types.is_floating(t):
+        f = float(value)
+        if math.isnan(f) or math.isinf(f):
+            return f"CAST('{'NaN' if math.isnan(f) else ('inf' if f > 0 else '-inf')}' AS DOUBLE)"
+        return repr(f)
+    if pa.types.is_decimal(t):
+        return f"CAST('{decimal.Decimal(value)}' AS DECIMAL({t.precision}, {t.scale}))"
+    if pa.types.is_date(t):
+        return f"DATE '{value.isoformat()}'"
+    if pa.types.is_timestamp(t):
+        text = value.isoformat() if isinstance(value, dt.datetime) else str(value)
+        unit = {"s": "Second", "ms": "Millisecond", "us": "Microsecond", "ns": "Nanosecond"}[t.unit]
+        zone = f'Some("{t.tz}")' if t.tz else "None"
+        return f"arrow_cast('{text}', 'Timestamp({unit}, {zone})')"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "X'" + bytes(value).hex() + "'"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def to_sql(pred: Pred, types: dict[str, pa.DataType], dialect: str = "datafusion") -> str:
+    """``pred`` as SQL over columns whose types are ``types``; raises :class:`NotRenderable`
+    when a literal has no form in ``dialect``."""
+    if isinstance(pred, Const):
+        return "TRUE" if pred.value else "FALSE"
+    if isinstance(pred, And | Or):
+        sep = " AND " if isinstance(pred, And) else " OR "
+        return "(" + sep.join(to_sql(p, types, dialect) for p in pred.parts) + ")"
+    if isinstance(pred, Cmp):
+        value = sql_literal(pred.value, types[pred.column], dialect)
+        return f"{quote_ident(pred.column)} {pred.op} {value}"
+    if isinstance(pred, InSet):
+        if not pred.values:
+            return "TRUE" if pred.negated else "FALSE"
+        items = ", ".join(sql_literal(v, types[pred.column], dialect) for v in pred.values)
+        return f"{quote_ident(pred.column)} {'NOT IN' if pred.negated else 'IN'} ({items})"
+    if isinstance(pred, IsNull):
+        return f"{quote_ident(pred.column)} IS {'NOT NULL' if pred.negated else 'NULL'}"
+    if isinstance(pred, Like):
+        pattern = "'" + pred.pattern.replace("'", "''") + "'"
+        return f"{quote_ident(pred.column)} {'NOT LIKE' if pred.negated else 'LIKE'} {pattern}"
+    return "TRUE"  # unknown conditions never prune

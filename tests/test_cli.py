@@ -1,0 +1,576 @@
+"""The ``lance-partitioned`` command line: every subcommand's text and JSON output, options,
+exit codes and error messages, in-process and through the installed console script."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from conftest import SCHEMA, sample_table
+
+from dagster_lance_partitioned import PartitionedNamespace, PartitionField
+from dagster_lance_partitioned.cli import main, parse, parse_arrow_type
+from dagster_lance_partitioned.core import arrow_json
+from dagster_lance_partitioned.core.manifest import base_manifest_schema
+
+LONG_COUNTRY = "Z" * 150
+BIN_DIR = Path(sys.executable).parent
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as it reads back from JSON, with dates and decimals as strings."""
+
+    def default(v: Any) -> Any:
+        if isinstance(v, dt.date | dt.datetime):
+            return v.isoformat()
+        if isinstance(v, decimal.Decimal):
+            return str(v)
+        raise TypeError(type(v))
+
+    return json.loads(json.dumps(value, default=default))
+
+
+def make_ns(root: Path) -> tuple[PartitionedNamespace, int, int]:
+    """identity(country) x year(event_date), two writes; returns (ns, version 1st, version 2nd)."""
+    ns = PartitionedNamespace.create(
+        root, SCHEMA, [PartitionField.identity("country"), PartitionField.year("event_date")]
+    )
+    first = ns.write(sample_table(12)).manifest_version
+    extra = pa.table(
+        {
+            "id": [100, 101],
+            "country": ["US", LONG_COUNTRY],
+            "event_date": [dt.date(2025, 5, 1), dt.date(2024, 1, 2)],
+            "value": [None, 1.5],
+        },
+        schema=SCHEMA,
+    )
+    second = ns.write(extra).manifest_version
+    return ns, first, second
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[PartitionedNamespace, int, int]:
+    return make_ns(tmp_path_factory.mktemp("cli") / "ns")
+
+
+@pytest.fixture
+def ns(built: tuple[PartitionedNamespace, int, int]) -> PartitionedNamespace:
+    return PartitionedNamespace.open(built[0].uri)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run ``main(argv)``; returns (exit code, stdout, stderr)."""
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    """Run ``main([*argv, "--json"])`` expecting success; returns the parsed stdout."""
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def kv_lines(out: str) -> dict[str, str]:
+    """``key  value`` lines (keys separated from values by two or more spaces)."""
+    pairs = (re.split(r"\s{2,}", line, maxsplit=1) for line in out.splitlines() if line)
+    return {p[0]: p[1] for p in pairs if len(p) == 2}
+
+
+def assert_error(code: int, out: str, err: str, *fragments: str) -> None:
+    """Exit 1, nothing on stdout, one ``lance-partitioned: error:`` message naming ``fragments``."""
+    assert code == 1
+    assert out == ""
+    assert err.startswith("lance-partitioned: error: ")
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err
+
+
+# -- info / specs ------------------------------------------------------------------------------
+def test_info_text(capsys, ns):
+    code, out, _ = run(capsys, "info", ns.uri)
+    assert code == 0
+    kv = kv_lines(out)
+    assert kv["root"] == ns.uri
+    assert kv["manifest version"] == str(ns.version)
+    assert kv["current spec"] == "v1: country=identity(country), event_date_year=year(event_date)"
+    assert kv["spec versions"] == "1"
+    assert kv["partitions"] == "7"
+    assert kv["columns"] == "4 (id, country, event_date, value)"
+    assert kv["writer flag"] == "2"
+
+
+def test_info_json_matches_api(capsys, ns):
+    doc = run_json(capsys, "info", ns.uri)
+    assert doc["uri"] == ns.uri
+    assert doc["manifest_version"] == ns.version
+    assert doc["partitions"] == len(ns.partitions()) == 7
+    assert doc["spec_versions"] == len(ns.specs)
+    assert doc["columns"] == len(ns.schema)
+    assert [c["name"] for c in doc["schema"]] == ns.schema.names
+    assert [c["field_id"] for c in doc["schema"]] == [0, 1, 2, 3]
+    assert doc["schema"][0]["nullable"] is False
+    assert doc["current_spec"]["spec_id"] == ns.current_spec.spec_id
+    assert [f["field_id"] for f in doc["current_spec"]["fields"]] == ["country", "event_date_year"]
+    assert (
+        doc["writer_feature_flags"] == ns.metadata["lance.namespace.manifest.writer_feature_flags"]
+    )
+
+
+def test_specs_text(capsys, ns):
+    code, out, _ = run(capsys, "specs", ns.uri)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "spec v1 (current)"
+    assert lines[1].split() == [
+        "field_id",
+        "sources",
+        "transform",
+        "result_type",
+        "manifest",
+        "column",
+    ]
+    rows = {line.split()[0]: line.split() for line in lines[3:]}
+    assert rows["country"] == [
+        "country",
+        "country",
+        "identity",
+        "string",
+        "partition_field_country",
+    ]
+    assert rows["event_date_year"] == [
+        "event_date_year",
+        "event_date",
+        "year",
+        "int32",
+        "partition_field_event_date_year",
+    ]
+
+
+def test_specs_json_matches_api(capsys, ns):
+    doc = run_json(capsys, "specs", ns.uri)
+    assert doc["current_spec"] == 1
+    assert [s["spec_id"] for s in doc["specs"]] == [s.spec_id for s in ns.specs]
+    (spec,) = doc["specs"]
+    assert spec["current"] is True and spec["draft"] is False
+    for got, want in zip(spec["fields"], ns.current_spec.to_json()["fields"], strict=True):
+        assert {k: got[k] for k in want} == want
+    assert [f["source_columns"] for f in spec["fields"]] == [["country"], ["event_date"]]
+    assert spec["fields"][1]["transform"] == {"type": "year"}
+
+
+# -- partitions --------------------------------------------------------------------------------
+def test_partitions_text(capsys, ns):
+    code, out, _ = run(capsys, "partitions", ns.uri)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["object_id", "location", "spec", "values", "read_version"]
+    assert lines[-1] == "7 partitions"
+    for p in ns.partitions():
+        (line,) = [row for row in lines if row.startswith(p["object_id"] + " ")]
+        assert p["location"] in line
+        assert line.rstrip().endswith(str(p["read_version"]))
+        if p["values"]["country"] != LONG_COUNTRY:
+            country, year = p["values"]["country"], p["values"]["event_date_year"]
+            assert f"country={country}, event_date_year={year}" in line
+    # the 150-character partition value is cut to the default width with an ellipsis
+    assert LONG_COUNTRY not in out
+    assert "country=" + "Z" * 71 + "…" in out  # 80 characters in all
+
+
+def test_partitions_json_matches_api(capsys, ns):
+    doc = run_json(capsys, "partitions", ns.uri)
+    assert doc["total_partitions"] == 7
+    assert doc["filter"] is None
+    assert doc["manifest_version"] == ns.version
+    assert doc["partitions"] == jsonable(ns.partitions())
+
+
+def test_partitions_filter_lists_only_planned(capsys, ns):
+    sql = "country = 'FR'"
+    doc = run_json(capsys, "partitions", ns.uri, "--filter", sql)
+    plan = ns.plan_scan(sql)
+    assert len(doc["partitions"]) == len(plan.tasks) == 2
+    assert doc["total_partitions"] == 7
+    assert {p["values"]["country"] for p in doc["partitions"]} == {"FR"}
+    assert [p["object_id"] for p in doc["partitions"]] == [t.object_id for t in plan.tasks]
+    assert [p["values"] for p in doc["partitions"]] == jsonable(
+        [t.partition_values for t in plan.tasks]
+    )
+    code, out, _ = run(capsys, "partitions", ns.uri, "--filter", sql)
+    assert code == 0
+    assert out.splitlines()[-1] == "2 of 7 partitions planned for filter: country = 'FR'"
+    assert "country=US" not in out and out.count("country=FR") == 2
+
+
+# -- scan --------------------------------------------------------------------------------------
+def test_scan_json_rows_equal_api(capsys, ns):
+    rows = run_json(capsys, "scan", ns.uri)
+    want = jsonable(ns.to_table().to_pylist())
+    assert sorted(rows, key=lambda r: r["id"]) == sorted(want, key=lambda r: r["id"])
+    assert len(rows) == 14
+    by_id = {r["id"]: r for r in rows}
+    assert by_id[100] == {"id": 100, "country": "US", "event_date": "2025-05-01", "value": None}
+    assert list(by_id[0]) == ["id", "country", "event_date", "value"]
+
+
+def test_scan_filter_and_columns(capsys, ns):
+    sql = "country = 'FR' AND value > 3"
+    rows = run_json(capsys, "scan", ns.uri, "--filter", sql, "--columns", "id,value")
+    assert all(list(r) == ["id", "value"] for r in rows)
+    want = ns.to_table(sql, columns=["id", "value"]).to_pylist()
+    assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in want) == [4, 7, 10]
+
+
+def test_scan_limit_returns_exactly_n_rows(capsys, ns):
+    all_rows = jsonable(ns.to_table().to_pylist())
+    for n in (0, 1, 5, 13):
+        rows = run_json(capsys, "scan", ns.uri, "--limit", str(n))
+        assert len(rows) == n
+        assert all(r in all_rows for r in rows)
+    assert len(run_json(capsys, "scan", ns.uri, "--limit", "1000")) == 14
+    code, out, _ = run(capsys, "scan", ns.uri, "--limit", "3", "--filter", "country = 'DE'")
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 2 + 3 + 1  # header, dashes, rows, footer
+    assert lines[-1] == "3 rows (limit reached)"
+    assert all(line.split()[1] == "DE" for line in lines[2:5])
+
+
+def test_scan_limit_stops_reading_early(capsys, tmp_path):
+    ns = PartitionedNamespace.create(tmp_path / "ns", SCHEMA, [PartitionField.identity("country")])
+    ns.write(sample_table(40, countries=tuple(f"C{i:02d}" for i in range(20))))
+    last = ns.plan_scan().tasks[-1]
+    shutil.rmtree(last.uri)  # the last partition table read is gone
+    rows = run_json(capsys, "scan", ns.uri, "--limit", "1")
+    assert len(rows) == 1 and rows[0]["country"] != last.partition_values["country"]
+    code, out, err = run(capsys, "scan", ns.uri)
+    assert code == 1
+    assert out == ""  # text output is written only once every row is read
+    assert err.startswith(f"lance-partitioned: error: partition {last.object_id}: cannot open")
+    assert last.location in err and "Traceback" not in err
+
+
+def test_scan_text_table(capsys, ns):
+    code, out, _ = run(capsys, "scan", ns.uri, "--filter", "country = 'US' OR value = 1.5")
+    assert code == 0
+    lines = out.splitlines()
+    header, body, footer = lines[0], lines[2:-1], lines[-1]
+    assert header.split() == ["id", "country", "event_date", "value"]
+    assert footer == "6 rows"
+    at = header.index("event_date")
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d", row[at : at + 10]) for row in body)
+    (null_row,) = [row for row in body if row.split()[0] == "100"]
+    assert null_row.split() == ["100", "US", "2025-05-01", "null"]
+    (long_row,) = [row for row in body if "ZZZ" in row]
+    assert "Z" * 79 + "…" in long_row and "Z" * 80 not in long_row
+    code, out, _ = run(
+        capsys,
+        "scan",
+        ns.uri,
+        "--filter",
+        "value = 1.5",
+        "--max-width",
+        "0",
+        "--columns",
+        "country",
+    )
+    assert code == 0
+    assert out.splitlines()[2] == LONG_COUNTRY
+
+
+# -- versions, options -------------------------------------------------------------------------
+def test_version_reads_older_manifest(capsys, built):
+    ns, first, second = built
+    assert first < second
+    old = PartitionedNamespace.open(ns.uri, version=first)
+    doc = run_json(capsys, "--version", str(first), "partitions", ns.uri)
+    assert doc["manifest_version"] == first
+    assert doc["partitions"] == jsonable(old.partitions())
+    assert len(doc["partitions"]) == 6
+    rows = run_json(capsys, "scan", ns.uri, "--version", str(first))
+    assert sorted(r["id"] for r in rows) == list(range(12))
+    code, out, _ = run(capsys, "info", ns.uri, "--version", str(first))
+    assert code == 0
+    assert kv_lines(out)["manifest version"] == str(first)
+    assert kv_lines(out)["partitions"] == "6"
+
+
+def test_global_options_before_and_after_the_command():
+    args, opts = parse(
+        ["--storage-option", "a=1", "--version", "3", "scan", "u", "--storage-option", "b=x=y"]
+    )
+    assert args.command == "scan" and args.uri == "u"
+    assert opts.storage_options == {"a": "1", "b": "x=y"}
+    assert opts.version == 3 and opts.json is False
+    _, opts = parse(["--version", "3", "info", "u", "--version", "5", "--json"])
+    assert opts.version == 5 and opts.json is True
+    _, opts = parse(["info", "u"])
+    assert opts.storage_options is None and opts.version is None
+
+
+def test_storage_options_are_passed_through(capsys, ns):
+    doc = run_json(capsys, "info", ns.uri, "--storage-option", "timeout=30s")
+    assert doc["partitions"] == 7
+
+
+def test_parse_arrow_type():
+    assert parse_arrow_type("int64") == pa.int64()
+    assert parse_arrow_type("utf8") == pa.utf8()
+    assert parse_arrow_type("date32") == pa.date32()
+    assert parse_arrow_type("decimal128(10, 2)") == pa.decimal128(10, 2)
+    assert parse_arrow_type("timestamp[us, tz=UTC]") == pa.timestamp("us", tz="UTC")
+    with pytest.raises(ValueError, match="unknown Arrow type 'integer64'"):
+        parse_arrow_type("integer64")
+
+
+# -- explain / upgrade / import-hive -----------------------------------------------------------
+def test_explain(capsys, ns):
+    sql = "country = 'US' AND event_date >= DATE '2025-06-01'"
+    code, out, _ = run(capsys, "explain", ns.uri, "--filter", sql)
+    assert code == 0
+    assert out == str(ns.explain(sql)).rstrip("\n") + "\n"
+    assert sql in out
+    doc = run_json(capsys, "explain", ns.uri, "--filter", sql)
+    assert doc == jsonable(ns.explain(sql).to_dict())
+
+
+def make_draft_ns(root: Path) -> None:
+    """A namespace in the Jan-2026 draft shape: array spec, manifest column named ``country``."""
+    schema, _ = arrow_json.assign_field_ids(SCHEMA, 0)
+    data = sample_table(12)
+    rows: list[dict[str, Any]] = [{"object_id": "v1", "object_type": "namespace"}]
+    for country in ("US", "FR"):
+        location = f"tbl_{country}"
+        part = data.filter(pc.equal(data["country"], country))
+        lance.write_dataset(part, str(root / location), schema=schema)
+        ns_id = f"v1${country.lower()}"
+        rows.append({"object_id": ns_id, "object_type": "namespace", "country": country})
+        rows.append(
+            {
+                "object_id": ns_id + "$dataset",
+                "object_type": "table",
+                "location": location,
+                "read_version": 1,
+                "country": country,
+            }
+        )
+    manifest_schema = base_manifest_schema().append(pa.field("country", pa.utf8()))
+    manifest = lance.write_dataset(
+        pa.Table.from_pylist(rows, schema=manifest_schema), str(root / "__manifest")
+    )
+    draft_spec = [
+        {"name": "country", "source_id": 1, "expression": "col0", "result_type": {"type": "utf8"}}
+    ]
+    manifest.update_metadata(
+        {
+            "schema": json.dumps(arrow_json.schema_to_json(schema)),
+            "partition_spec_v1": json.dumps(draft_spec),
+        }
+    )
+
+
+def test_upgrade_draft_namespace(capsys, tmp_path):
+    root = tmp_path / "draft"
+    make_draft_ns(root)
+    uri = str(root)
+    code, out, _ = run(capsys, "specs", uri)
+    assert code == 0
+    assert out.splitlines()[0] == "spec v1 (current, draft shape)"
+    assert out.splitlines()[3].split() == [
+        "country",
+        "country",
+        "expression:",
+        "col0",
+        "string",
+        "country",
+    ]
+    assert kv_lines(run(capsys, "info", uri)[1])["writer flag"] == "(not set)"
+    before = PartitionedNamespace.open(uri).version
+    code, out, _ = run(capsys, "upgrade", uri)
+    after = PartitionedNamespace.open(uri).version
+    assert code == 0
+    assert after > before
+    assert out == f"{uri}: upgraded, manifest version {before} -> {after}\n"
+    spec = run_json(capsys, "specs", uri)["specs"][0]
+    assert spec["draft"] is False
+    assert spec["fields"][0]["transform"] == {"type": "identity"}
+    assert spec["fields"][0]["column"] == "partition_field_country"
+    rows = run_json(capsys, "scan", uri, "--filter", "country = 'FR'")
+    assert sorted(r["id"] for r in rows) == [1, 4, 7, 10]
+    # a second run finds nothing to do
+    doc = run_json(capsys, "upgrade", uri)
+    assert doc == {
+        "uri": uri,
+        "previous_version": after,
+        "manifest_version": after,
+        "changed": False,
+    }
+    code, out, _ = run(capsys, "upgrade", uri)
+    assert out == f"{uri}: already in the current shape (manifest version {after})\n"
+
+
+def test_upgrade_current_shape_changes_nothing(capsys, tmp_path):
+    ns, _, _ = make_ns(tmp_path / "ns")
+    doc = run_json(capsys, "upgrade", ns.uri)
+    assert doc["changed"] is False
+    assert doc["manifest_version"] == doc["previous_version"] == ns.version
+    assert PartitionedNamespace.open(ns.uri).version == ns.version
+
+
+def test_import_hive(capsys, tmp_path):
+    root = tmp_path / "hive"
+    data = pa.table({"id": pa.array([1, 2], pa.int64()), "value": [1.0, 2.0]})
+    keys = [("US", 2024), ("US", 2025), ("FR", 2025)]
+    for country, year in keys:
+        lance.write_dataset(data, str(root / f"country={country}" / f"year={year}" / "data.lance"))
+    code, out, err = run(capsys, "import-hive", str(root), "--type", "yr=int16")
+    assert_error(code, out, err, "'yr'", "not keys")
+    doc = run_json(capsys, "import-hive", str(root), "--type", "year=int16")
+    ns = PartitionedNamespace.open(root)
+    assert doc["uri"] == ns.uri and doc["manifest_version"] == ns.version
+    assert doc["partitions"] == len(ns.partitions()) == 3
+    assert sorted(tuple(p["values"].values()) for p in ns.partitions()) == sorted(keys)
+    fields = {f["field_id"]: f for f in doc["current_spec"]["fields"]}
+    assert fields["year"]["result_type_name"] == "int16"  # --type took effect
+    assert fields["country"]["result_type_name"] == "string"
+    assert ns.to_table().num_rows == 6
+    code, out, _ = run(capsys, "partitions", str(root))
+    assert code == 0
+    assert "country=US/year=2024/data.lance" in out and "country=FR, year=2025" in out
+    # importing again finds the namespace it made
+    code, out, err = run(capsys, "import-hive", str(root))
+    assert_error(code, out, err, str(root), "already exists")
+
+
+def test_import_hive_text(capsys, tmp_path):
+    root = tmp_path / "hive"
+    lance.write_dataset(pa.table({"id": [1]}), str(root / "k=a" / "t.lance"))
+    code, out, _ = run(capsys, "import-hive", str(root))
+    assert code == 0
+    assert out.startswith("imported 1 partition table\n\n")
+    kv = kv_lines(out)
+    assert kv["root"] == str(root) and kv["partitions"] == "1"
+    assert kv["current spec"] == "v1: k=identity(k)"
+
+
+# -- errors and usage --------------------------------------------------------------------------
+def test_error_missing_uri(capsys, tmp_path):
+    missing = tmp_path / "nowhere"
+    code, out, err = run(capsys, "info", str(missing))
+    assert_error(code, out, err, str(missing), "no such directory")
+
+
+def test_error_plain_lance_dataset(capsys, tmp_path):
+    lance.write_dataset(sample_table(), str(tmp_path / "plain"))
+    code, out, err = run(capsys, "partitions", str(tmp_path / "plain"))
+    assert_error(code, out, err, str(tmp_path / "plain"), "no partitioned namespace")
+
+
+def test_error_manifest_without_spec(capsys, tmp_path):
+    lance.write_dataset(pa.table({"object_id": ["x"]}), str(tmp_path / "ns" / "__manifest"))
+    code, out, err = run(capsys, "specs", str(tmp_path / "ns"))
+    assert_error(code, out, err, "partition_spec_v", "not a partitioned namespace")
+
+
+@pytest.mark.parametrize("command", ["scan", "partitions", "explain"])
+def test_error_bad_filter(capsys, ns, command):
+    code, out, err = run(capsys, command, ns.uri, "--filter", "no_such_col = 1")
+    assert_error(code, out, err, "no_such_col")
+
+
+def test_error_unknown_column_and_version(capsys, ns):
+    code, out, err = run(capsys, "scan", ns.uri, "--columns", "id,nope")
+    assert_error(code, out, err, "'nope'", "not in the namespace schema")
+    code, out, err = run(capsys, "info", ns.uri, "--version", "999")
+    assert_error(code, out, err, "999")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "required: COMMAND"),
+        (["frobnicate", "x"], "invalid choice: 'frobnicate'"),
+        (["info"], "required: URI"),
+        (["scan", "x", "--limit", "-1"], "expected an integer >= 0, got -1"),
+        (["scan", "x", "--limit", "many"], "expected an integer, got 'many'"),
+        (["info", "x", "--storage-option", "novalue"], "expected KEY=VALUE"),
+        (["explain", "x"], "required: --filter"),
+        (["upgrade", "x", "--version", "2"], "upgrade cannot use it"),
+        (["import-hive", "x", "--type", "year=notatype"], "unknown Arrow type 'notatype'"),
+        (["import-hive", "x", "--type", "a=int32", "--type", "a=int64"], "more than once for a"),
+    ],
+)
+def test_usage_errors_exit_2(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert "usage: lance-partitioned" in err
+    assert message in err
+
+
+def test_help_exits_0(capsys):
+    code, out, _ = run(capsys, "scan", "--help")
+    assert code == 0
+    assert "--limit N" in out and "--storage-option KEY=VALUE" in out
+
+
+# -- the installed entry points ----------------------------------------------------------------
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def test_console_script(ns):
+    script = BIN_DIR / "lance-partitioned"
+    assert script.exists(), f"{script}: console script not installed (pip install -e .)"
+    done = subprocess.run(
+        [str(script), "info", ns.uri, "--json"], capture_output=True, text=True, env=_env()
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["partitions"] == 7
+    done = subprocess.run(
+        [str(script), "scan", ns.uri, "--filter", "bogus_col > 1"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "lance-partitioned: error: invalid filter 'bogus_col > 1'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_python_dash_m(ns, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "dagster_lance_partitioned.cli", "scan", ns.uri, "--limit", "2"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "2 rows (limit reached)"
+    done = subprocess.run(
+        [sys.executable, "-m", "dagster_lance_partitioned.cli", "info", str(tmp_path / "absent")],
+        capture_output=True,
+        text=True,
+        env=_env(),
+    )
+    assert done.returncode == 1
+    assert "no such directory" in done.stderr and "Traceback" not in done.stderr
