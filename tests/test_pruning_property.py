@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
+from dagster_lance_partitioned.core import planning
 
 SCHEMA = pa.schema(
     [
@@ -158,11 +159,21 @@ def matching_ids(table: pa.Table, flt: str) -> list[int]:
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(name=st.sampled_from(sorted(SPECS)), flt=predicates)
-def test_pruned_scan_equals_full_filter(namespaces, name, flt):
+@given(name=st.sampled_from(sorted(SPECS)), flt=predicates, lance_query=st.booleans())
+def test_pruned_scan_equals_full_filter(namespaces, name, flt, lance_query):
+    """``lance_query``: plan through Lance's scanner on ``__manifest`` (as for large manifests)
+    instead of evaluating in memory (small manifests)."""
     ns, table, home = namespaces[name]
-    expected = matching_ids(table, flt)
-    planned = {t.object_id for t in ns.plan_scan(flt).tasks}
-    missing = {home[i] for i in expected} - planned
-    assert not missing, (name, flt, missing)
-    assert sorted(ns.to_table(filter=flt)["id"].to_pylist()) == expected, (name, flt)
+    small = planning.SMALL_MANIFEST_ROWS
+    if lance_query:
+        planning.SMALL_MANIFEST_ROWS = 0
+        ns = PartitionedNamespace.open(ns.uri)  # manifest not loaded
+    try:
+        expected = matching_ids(table, flt)
+        planned = {t.object_id for t in ns.plan_scan(flt).tasks}
+        missing = {home[i] for i in expected} - planned
+        assert not missing, (name, flt, lance_query, missing)
+        got = sorted(ns.to_table(filter=flt)["id"].to_pylist())
+        assert got == expected, (name, flt, lance_query)
+    finally:
+        planning.SMALL_MANIFEST_ROWS = small

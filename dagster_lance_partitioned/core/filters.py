@@ -7,7 +7,6 @@ import datetime as dt
 import decimal
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import datafusion as dfn
@@ -41,7 +40,8 @@ def _sql_literal(value: Any) -> str:
     raise FilterError(f"cannot use {value!r} ({type(value).__name__}) in a filter")
 
 
-def _quote_ident(name: str) -> str:
+def quote_ident(name: str) -> str:
+    """An identifier quoted for DataFusion (and Lance) SQL."""
     return "`" + name.replace("`", "``") + "`"
 
 
@@ -59,7 +59,7 @@ def to_sql(filter: FilterLike) -> str | None:
         op_l = str(op).lower().strip()
         if op_l not in _OPS:
             raise FilterError(f"unknown filter operator {op!r} for column {col!r}")
-        ident = _quote_ident(col)
+        ident = quote_ident(col)
         if op_l in ("in", "not in"):
             values = ", ".join(_sql_literal(v) for v in value)
             parts.append(f"{ident} {op_l.upper()} ({values})")
@@ -129,18 +129,10 @@ def _find_filter(plan: Any) -> dfn.Expr | None:
     return None
 
 
-@dataclass(frozen=True)
-class ValueSet:
-    """A conjunct's constraint on one column: the value is one of ``values`` (None = NULL)."""
-
-    column: str
-    values: tuple[Any, ...]
-
-
-def _literal(expr: dfn.Expr, target: pa.DataType) -> tuple[bool, Any]:
+def literal_value(expr: dfn.Expr, target: pa.DataType) -> tuple[bool, Any]:
     """(ok, value cast to ``target``) for a literal expression, else (False, None)."""
     if type(expr.to_variant()).__name__ == "Cast":
-        return _literal(expr.to_variant().expr(), target)
+        return literal_value(expr.to_variant().expr(), target)
     if type(expr.to_variant()).__name__ != "Literal":
         return False, None
     try:
@@ -153,69 +145,3 @@ def _literal(expr: dfn.Expr, target: pa.DataType) -> tuple[bool, Any]:
         return True, pa.scalar(value).cast(target).as_py()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return False, None
-
-
-def _column(expr: dfn.Expr) -> str | None:
-    variant = expr.to_variant()
-    if type(variant).__name__ == "Column":
-        return variant.name()
-    return None
-
-
-def equality_constraints(pred: dfn.Expr, schema: pa.Schema) -> dict[str, ValueSet]:
-    """Columns the predicate pins to a finite set of values in every matching row.
-
-    Only top-level AND conjuncts of ``col = literal``, ``col IN (literals)`` and ``col IS NULL``
-    are used; anything else is left to the residual filter."""
-    out: dict[str, ValueSet] = {}
-    for conj in _conjuncts(pred):
-        found = _value_set(conj, schema)
-        if found is None:
-            continue
-        prev = out.get(found.column)
-        if prev is not None:
-            found = ValueSet(found.column, tuple(v for v in prev.values if v in found.values))
-        out[found.column] = found
-    return out
-
-
-def _conjuncts(expr: dfn.Expr) -> list[dfn.Expr]:
-    variant = expr.to_variant()
-    if type(variant).__name__ == "BinaryExpr" and variant.op().upper() == "AND":
-        return _conjuncts(variant.left()) + _conjuncts(variant.right())
-    return [expr]
-
-
-def _value_set(expr: dfn.Expr, schema: pa.Schema) -> ValueSet | None:
-    variant = expr.to_variant()
-    kind = type(variant).__name__
-    if kind == "BinaryExpr" and variant.op() == "=":
-        left, right = variant.left(), variant.right()
-        col = _column(left)
-        lit = right
-        if col is None:
-            col, lit = _column(right), left
-        if col is None or schema.get_field_index(col) < 0:
-            return None
-        ok, value = _literal(lit, schema.field(col).type)
-        if not ok or value is None:  # `col = NULL` is never true: no constraint to prune on
-            return None
-        return ValueSet(col, (value,))
-    if kind == "InList" and not variant.negated():
-        col = _column(variant.expr())
-        if col is None or schema.get_field_index(col) < 0:
-            return None
-        values = []
-        for item in variant.list():
-            ok, value = _literal(item, schema.field(col).type)
-            if not ok:
-                return None
-            if value is not None:
-                values.append(value)
-        return ValueSet(col, tuple(values))
-    if kind == "IsNull":
-        col = _column(variant.expr())
-        if col is None or schema.get_field_index(col) < 0:
-            return None
-        return ValueSet(col, (None,))
-    return None

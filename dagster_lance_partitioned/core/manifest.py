@@ -140,16 +140,15 @@ class ManifestSnapshot:
     def table_counts(self) -> dict[int, int]:
         """Registered partition tables per spec version (without reading every row)."""
         if self._counts is None:
-            if self.loaded:
-                ids = [t.object_id for t in self.tables()]
-            else:
-                rows = self.dataset.to_table(columns=["object_id"], filter="object_type = 'table'")
-                ids = rows.column("object_id").to_pylist()
             counts: dict[int, int] = {}
-            for oid in ids:
-                sid = _spec_id_of(oid)
-                if sid in self.specs:
-                    counts[sid] = counts.get(sid, 0) + 1
+            if self.loaded:
+                for t in self.tables():
+                    counts[t.spec_id] = counts.get(t.spec_id, 0) + 1
+            else:
+                for sid in self.specs:
+                    counts[sid] = self.dataset.count_rows(
+                        f"object_type = 'table' AND object_id LIKE 'v{sid}{SEP}%'"
+                    )
             self._counts = counts
         return self._counts
 

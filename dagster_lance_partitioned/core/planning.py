@@ -12,7 +12,7 @@ from . import storage
 from .filters import FilterLike, parse, to_sql
 from .hive import identity_constants
 from .manifest import ManifestSnapshot, TableEntry
-from .predicates import TRUE, NotRenderable, Pred, from_datafusion
+from .predicates import TRUE, NotRenderable, Pred, from_datafusion, holds
 from .predicates import to_sql as pred_sql
 from .pruning import (
     SpecProjector,
@@ -23,6 +23,10 @@ from .pruning import (
     select_tables,
 )
 from .spec import PartitionSpec
+
+# Manifests up to this many rows are read once and planned in memory (below it a Lance query
+# costs more than evaluating the projected predicate on every partition's values).
+SMALL_MANIFEST_ROWS = 2_000
 
 
 @dataclass(frozen=True)
@@ -48,10 +52,34 @@ class ScanPlan:
     tasks: tuple[ScanTask, ...]
     residual_filter: str | None
     manifest_version: int
-    total_partitions: int
-    specs: tuple[SpecPruning, ...] = ()
     manifest_query: str = ""
-    source_predicate: str = field(default="TRUE")
+    source_predicate: str = "TRUE"
+    predicates: tuple[tuple[int, str], ...] = ()  # (spec id, manifest predicate SQL)
+    snapshot: ManifestSnapshot | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def total_partitions(self) -> int:
+        """Registered partition tables of the manifest version (counted when first asked)."""
+        return sum(self._totals().values())
+
+    @property
+    def specs(self) -> tuple[SpecPruning, ...]:
+        """Per spec version: the manifest predicate and the partitions it keeps / has."""
+        totals = self._totals()
+        return tuple(
+            SpecPruning(
+                sid, sql, sum(1 for t in self.tasks if t.spec_id == sid), totals.get(sid, 0)
+            )
+            for sid, sql in self.predicates
+        )
+
+    def _totals(self) -> dict[int, int]:
+        if self.snapshot is None:
+            counts: dict[int, int] = {}
+            for t in self.tasks:
+                counts[t.spec_id] = counts.get(t.spec_id, 0) + 1
+            return counts
+        return self.snapshot.table_counts()
 
     @property
     def pruned(self) -> int:
@@ -124,26 +152,16 @@ def plan_scan(
     }
     query = manifest_query(snapshot, predicates)
     tables = _selected_tables(snapshot, predicates, query)
-    total = snapshot.table_counts()
     tasks = [_task(t, snapshot.specs[t.spec_id], root, schema) for t in tables]
     types = {f.name: f.type for f in snapshot.arrow_schema}
-    per_spec = tuple(
-        SpecPruning(
-            spec_id,
-            pred_sql(pred, types),
-            sum(1 for t in tasks if t.spec_id == spec_id),
-            total.get(spec_id, 0),
-        )
-        for spec_id, pred in sorted(predicates.items())
-    )
     return ScanPlan(
         tuple(tasks),
         sql,
         snapshot.version,
-        sum(total.values()),
-        per_spec,
         query,
         pred_sql(source, {f.name: f.type for f in schema}),
+        tuple((sid, pred_sql(pred, types)) for sid, pred in sorted(predicates.items())),
+        snapshot,
     )
 
 
@@ -152,17 +170,23 @@ def _selected_tables(
 ) -> list[TableEntry]:
     """The partition tables the manifest query selects: from the loaded manifest when it is
     in memory, else with Lance's scanner (indexed) when the predicate renders for Lance."""
-    if all(p == TRUE for p in predicates.values()) or snapshot.loaded:
-        if all(p == TRUE for p in predicates.values()):
-            return snapshot.tables()
-        selected = select_tables(snapshot, query)
-        return [t for t in snapshot.tables() if t.object_id in selected]
+    if all(p == TRUE for p in predicates.values()):
+        return snapshot.tables()
+    if snapshot.loaded or snapshot.dataset.count_rows() <= SMALL_MANIFEST_ROWS:
+        # a small manifest is read once and the predicate evaluated on its rows in memory
+        return [t for t in snapshot.tables() if _keeps(t, snapshot, predicates[t.spec_id])]
     try:
         where = manifest_where(snapshot, predicates, dialect="lance")
     except NotRenderable:
         selected = select_tables(snapshot, query)
         return [t for t in snapshot.tables() if t.object_id in selected]
     return scan_manifest(snapshot, where)
+
+
+def _keeps(entry: TableEntry, snapshot: ManifestSnapshot, pred: Pred) -> bool:
+    spec = snapshot.specs[entry.spec_id]
+    row = {f.column: v for f, v in zip(spec.fields, entry.values, strict=True)}
+    return holds(pred, row) is True
 
 
 @functools.lru_cache(maxsize=64)

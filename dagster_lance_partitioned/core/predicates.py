@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import datafusion as dfn
 import pyarrow as pa
 
-from .filters import _literal
+from .filters import literal_value, quote_ident
 
 CMP_OPS = ("=", "!=", "<", "<=", ">", ">=")
 _FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -149,7 +151,7 @@ def _convert(expr: dfn.Expr, schema: pa.Schema, negate: bool) -> Pred:
                 col, lit, op = _name(v.right()), v.left(), _FLIP[op]
             if col is None or schema.get_field_index(col) < 0:
                 return UNKNOWN
-            ok, value = _literal(lit, schema.field(col).type)
+            ok, value = literal_value(lit, schema.field(col).type)
             if not ok:
                 return UNKNOWN
             if value is None:  # comparing with NULL is never true
@@ -167,7 +169,7 @@ def _convert(expr: dfn.Expr, schema: pa.Schema, negate: bool) -> Pred:
             return UNKNOWN
         values = []
         for item in v.list():
-            ok, value = _literal(item, schema.field(col).type)
+            ok, value = literal_value(item, schema.field(col).type)
             if not ok:
                 return UNKNOWN
             values.append(value)
@@ -179,8 +181,8 @@ def _convert(expr: dfn.Expr, schema: pa.Schema, negate: bool) -> Pred:
         if col is None or schema.get_field_index(col) < 0:
             return UNKNOWN
         t = schema.field(col).type
-        ok_lo, lo = _literal(v.low(), t)
-        ok_hi, hi = _literal(v.high(), t)
+        ok_lo, lo = literal_value(v.low(), t)
+        ok_hi, hi = literal_value(v.high(), t)
         if not (ok_lo and ok_hi) or lo is None or hi is None:
             return UNKNOWN
         if v.negated() != negate:
@@ -190,7 +192,7 @@ def _convert(expr: dfn.Expr, schema: pa.Schema, negate: bool) -> Pred:
         col = _name(v.expr())
         if col is None or schema.get_field_index(col) < 0 or v.escape_char() is not None:
             return UNKNOWN
-        ok, pattern = _literal(v.pattern(), pa.utf8())
+        ok, pattern = literal_value(v.pattern(), pa.utf8())
         if not ok or not isinstance(pattern, str):
             return UNKNOWN
         return Like(col, pattern, v.negated() != negate)
@@ -214,12 +216,76 @@ def _fold(parts: list[Pred], is_and: bool) -> Pred:
     return disj(parts)
 
 
+# -- evaluated in memory ------------------------------------------------------------------------
+def holds(pred: Pred, row: dict[str, Any]) -> bool | None:
+    """SQL three-valued truth of ``pred`` for one row (``None``: unknown, i.e. not selected)."""
+    if isinstance(pred, Const):
+        return pred.value
+    if isinstance(pred, And):
+        out: bool | None = True
+        for p in pred.parts:
+            v = holds(p, row)
+            if v is False:
+                return False
+            if v is None:
+                out = None
+        return out
+    if isinstance(pred, Or):
+        out = False
+        for p in pred.parts:
+            v = holds(p, row)
+            if v is True:
+                return True
+            if v is None:
+                out = None
+        return out
+    if isinstance(pred, IsNull):
+        return (row.get(pred.column) is None) != pred.negated
+    value = row.get(pred.column)
+    if value is None:
+        return None
+    try:
+        if isinstance(pred, Cmp):
+            return _compare(value, pred.op, pred.value)
+        if isinstance(pred, InSet):
+            return (value in pred.values) != pred.negated
+        if isinstance(pred, Like):
+            return bool(_like_regex(pred.pattern).fullmatch(str(value))) != pred.negated
+    except TypeError:
+        return True  # incomparable values: keep the partition
+    return True
+
+
+def _compare(a: Any, op: str, b: Any) -> bool:
+    if op == "=":
+        return a == b
+    if op == "!=":
+        return a != b
+    if op == "<":
+        return a < b
+    if op == "<=":
+        return a <= b
+    if op == ">":
+        return a > b
+    return a >= b
+
+
+@functools.lru_cache(maxsize=256)
+def _like_regex(pattern: str) -> re.Pattern[str]:
+    parts = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            parts.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        parts.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+        i += 1
+    return re.compile("".join(parts), re.DOTALL)
+
+
 # -- to SQL -----------------------------------------------------------------------------------
-def quote_ident(name: str) -> str:
-    """An identifier quoted for DataFusion (and Lance) SQL."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 class NotRenderable(Exception):
     """A literal has no form in the requested SQL dialect."""
 

@@ -18,7 +18,7 @@ import datafusion as dfn
 import pyarrow as pa
 
 from .expressions import CompiledExpression, coerce_result, ordered_context
-from .filters import _literal
+from .filters import literal_value
 from .manifest import SEP, ManifestSnapshot, TableEntry
 from .predicates import (
     FALSE,
@@ -35,7 +35,6 @@ from .predicates import (
     Pred,
     conj,
     disj,
-    quote_ident,
     to_sql,
 )
 from .spec import PartitionSpec, SpecField, source_names, source_types
@@ -326,9 +325,10 @@ def _label(expr: Any) -> tuple[bool, Any]:
     if kind != "Literal":
         return False, None
     try:
-        return True, expr.python_value()
+        value = expr.python_value()
     except Exception:
         return False, None
+    return True, value.as_py() if isinstance(value, pa.Scalar) else value
 
 
 def _is_col0(expr: Any) -> bool:
@@ -347,13 +347,13 @@ def _condition(expr: Any, t: pa.DataType) -> tuple[str, Any] | None:
     if kind == "InList" and not v.negated() and _is_col0(v.expr()):
         values = []
         for item in v.list():
-            ok, value = _literal(item, t)
+            ok, value = literal_value(item, t)
             if not ok:
                 return None
             values.append(value)
         return ("in", tuple(x for x in values if x is not None))
     if kind == "BinaryExpr" and _is_col0(v.left()) and v.op() in ("<", "<=", "="):
-        ok, value = _literal(v.right(), t)
+        ok, value = literal_value(v.right(), t)
         if not ok or value is None:
             return None
         return {"<": ("lt", value), "<=": ("le", value), "=": ("in", (value,))}[v.op()]
@@ -422,8 +422,3 @@ def scan_manifest(snapshot: ManifestSnapshot, where: str) -> list[TableEntry]:
         columns=[c for c in dict.fromkeys(columns) if c in present], filter=where
     )
     return snapshot.entries(rows)
-
-
-def column_sql(name: str) -> str:
-    """A manifest column name as SQL."""
-    return quote_ident(name)
