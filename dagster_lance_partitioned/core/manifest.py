@@ -172,50 +172,48 @@ class ManifestSnapshot:
     def _entries(
         rows: pa.Table, specs: dict[int, PartitionSpec]
     ) -> tuple[list[TableEntry], dict[tuple[int, tuple[Any, ...]], str]]:
-        def column(name: str) -> list[Any]:
-            if name in rows.column_names:
-                return rows.column(name).to_pylist()
-            return [None] * rows.num_rows
-
-        ids = column("object_id")
-        types = column("object_type")
-        locs = column("location")
-        meta = column("metadata")
-        rv = column("read_version")
-        rb = column("read_branch")
-        rt = column("read_tag")
-        cols: dict[str, list[Any]] = {}
+        """Table entries and the partition-namespace index of manifest ``rows``, per spec
+        version (rows of unknown versions and other objects are ignored)."""
         tables: list[TableEntry] = []
         ns_index: dict[tuple[int, tuple[Any, ...]], str] = {}
-        for i, oid in enumerate(ids):
-            sid = _spec_id_of(oid)
-            spec = specs.get(sid) if sid is not None else None
-            if spec is None:
-                continue
-            depth = oid.count(SEP)
-            if types[i] == "table":
-                levels = len(spec.fields)
-            elif types[i] == "namespace":
-                levels = depth
-                if levels == 0 or levels > len(spec.fields):
-                    continue
-            else:
-                continue
-            vals = []
-            for f in spec.fields[:levels]:
-                if f.column not in cols:
-                    cols[f.column] = column(f.column)
-                vals.append(cols[f.column][i])
-            if types[i] == "table":
-                if locs[i] is None:
-                    raise ManifestError(f"manifest table row {oid!r} has no location")
-                tables.append(
-                    TableEntry(
-                        oid, locs[i], spec.spec_id, tuple(vals), rv[i], rb[i], rt[i], meta[i]
-                    )
+        if rows.num_rows == 0:
+            return tables, ns_index
+        ids = rows.column("object_id")
+        types = rows.column("object_type")
+        depth = pc.subtract(pc.list_value_length(pc.split_pattern(ids, SEP)), 1)
+
+        def column(sub: pa.Table, name: str) -> list[Any]:
+            if name in sub.column_names:
+                return sub.column(name).to_pylist()
+            return [None] * sub.num_rows
+
+        for spec in specs.values():
+            in_spec = pc.starts_with(ids, f"v{spec.spec_id}{SEP}")
+            sub = rows.filter(pc.and_(in_spec, pc.equal(types, "table")))
+            locations = column(sub, "location")
+            if any(loc is None for loc in locations):
+                bad = column(sub, "object_id")[locations.index(None)]
+                raise ManifestError(f"manifest table row {bad!r} has no location")
+            values = list(zip(*(column(sub, f.column) for f in spec.fields), strict=True))
+            for oid, loc, vals, rv, rb, rt, meta in zip(
+                column(sub, "object_id"),
+                locations,
+                values,
+                column(sub, "read_version"),
+                column(sub, "read_branch"),
+                column(sub, "read_tag"),
+                column(sub, "metadata"),
+                strict=True,
+            ):
+                tables.append(TableEntry(oid, loc, spec.spec_id, vals, rv, rb, rt, meta))
+            is_ns = pc.and_(in_spec, pc.equal(types, "namespace"))
+            for level in range(1, len(spec.fields) + 1):
+                sub = rows.filter(pc.and_(is_ns, pc.equal(depth, level)))
+                level_values = zip(
+                    *(column(sub, f.column) for f in spec.fields[:level]), strict=True
                 )
-            else:
-                ns_index[(spec.spec_id, tuple(vals))] = oid
+                for oid, vals in zip(column(sub, "object_id"), level_values, strict=True):
+                    ns_index[(spec.spec_id, vals)] = oid
         return tables, ns_index
 
     def table_index(self, spec_id: int) -> dict[tuple[Any, ...], TableEntry]:

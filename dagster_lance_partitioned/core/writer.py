@@ -510,9 +510,13 @@ class PartitionWriter:
             }
             return edit
 
-        snap = self.store.commit(
-            lambda ds: ManifestSnapshot(ds, list(self.base.specs.values())), plan
-        )
+        def load(ds: lance.LanceDataset) -> ManifestSnapshot:
+            # a manifest version never changes: without a concurrent commit, reuse the base
+            if ds.version == self.base.version:
+                return self.base
+            return ManifestSnapshot(ds, list(self.base.specs.values()))
+
+        snap = self.store.commit(load, plan)
         return WriteResult(
             manifest_version=snap.version,
             spec_id=self.spec.spec_id,
