@@ -168,6 +168,15 @@ class PartitionWriter:
     # -- data ---------------------------------------------------------------------------------
     def write(self, data: Any) -> WriteResult:
         """Write ``data`` and commit; nothing is visible unless this returns."""
+        self.ingest(data)
+        self._finish_tables()
+        if self.before_commit is not None:
+            self.before_commit(list(self._pending.values()))
+        return self._commit_manifest()
+
+    def ingest(self, data: Any) -> None:
+        """Split ``data`` by partition into buffers (large ones flushed to fragments);
+        nothing is committed."""
         reader = as_reader(data)
         check_write_schema(reader.schema, self.write_schema, self.dropped)
         evaluator = SpecEvaluator(self.spec, self.schema)
@@ -185,10 +194,6 @@ class PartitionWriter:
                 for parts in pool.map(lambda c: list(evaluator.split(c)), chunks):
                     for key, part in parts:
                         self._add(key, part)
-        self._finish_tables()
-        if self.before_commit is not None:
-            self.before_commit(list(self._pending.values()))
-        return self._commit_manifest()
 
     def _add(self, key: tuple[Any, ...], part: Rows) -> None:
         pending = self._pending.get(key)
@@ -230,9 +235,17 @@ class PartitionWriter:
             if known is not None:
                 path.append(known.split(SEP)[-1])
             else:
-                path.append(self._new_names.setdefault(key[:level], random_name()))
+                path.append(self._namespace_name(key[:level]))
         oid = SEP.join([*path, TABLE_NAME])
-        return _Pending(key, None, path, table_location(oid))
+        return _Pending(key, None, path, self._new_location(oid, key))
+
+    def _namespace_name(self, prefix: tuple[Any, ...]) -> str:
+        """The name of a partition namespace this write creates (shared by its partitions)."""
+        return self._new_names.setdefault(prefix, random_name())
+
+    def _new_location(self, object_id: str, key: tuple[Any, ...]) -> str:
+        """The directory of a partition table this write creates."""
+        return table_location(object_id)
 
     def _uri(self, pending: _Pending) -> str:
         return storage.join(self.store.root, pending.location)
