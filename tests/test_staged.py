@@ -116,3 +116,18 @@ def test_schema_check_names_the_column_and_nothing_is_written(ns):
     task = ns.plan_scan("country = 'US'").tasks[0]
     main = lance.dataset(task.uri)
     assert main.version == 1 and os.path.isdir(task.uri)
+
+
+def test_staged_write_limited_to_named_partitions(ns):
+    from dagster_lance_partitioned import WriteError
+
+    named = [{"country": "US", "event_date": "2025-12-10"}]
+    sw = StagedWrite.begin(ns, "overwrite_partitions", partitions=named)
+    with pytest.raises(WriteError, match="'FR'"):
+        sw.stage(sample_table(3).to_batches())  # the worker refuses rows of other partitions
+    sw.commit([None])  # no rows staged: the named partition becomes empty
+    assert ns.refresh().count_rows("country = 'US' AND event_date = DATE '2025-12-10'") == 0
+    assert ns.count_rows() == 12 - len(
+        [r for r in sample_table(12).to_pylist()
+         if r["country"] == "US" and str(r["event_date"]) == "2025-12-10"]
+    )

@@ -356,3 +356,34 @@ def test_streamed_input_keeps_at_most_one_input_batch_alive(tmp_path, monkeypatc
     assert ns.count_rows() == rows * batches_n
     assert ns.count_rows("country = 'DE'") == batches_n
     assert peak - base < 40 << 20, f"{(peak - base) >> 20} MiB held while streaming"
+
+
+def test_write_limited_to_named_partitions(tmp_path, sample):
+    from conftest import fingerprint
+
+    from dagster_lance_partitioned import WriteError
+
+    ns = make_ns(tmp_path)
+    ns.write(sample)
+    before = fingerprint(ns.uri)
+    named = [{"country": "US", "event_date": "2025-12-10"}]  # values cast to the field types
+    stray = sample.filter(pc.equal(sample["country"], "FR")).slice(0, 1)
+    with pytest.raises(WriteError, match=r"partition \{'country': 'FR'.*Sample row: \{'id'"):
+        ns.write(stray, mode="overwrite_partitions", partitions=named)
+    after = fingerprint(ns.uri)
+    assert after["manifest_version"] == before["manifest_version"]
+    assert after["manifest_rows"] == before["manifest_rows"]
+    with pytest.raises(WriteError, match="missing \\['event_date'\\]"):
+        ns.write(stray, partitions=[{"country": "FR"}])
+    # a named partition without rows becomes empty; other partitions are untouched
+    others = ns.to_table("NOT (country = 'US' AND event_date = DATE '2025-12-10')")
+    res = ns.write(sample.slice(0, 0), mode="overwrite_partitions", partitions=named)
+    assert [p.rows for p in res.partitions] == [0]
+    assert ns.count_rows("country = 'US' AND event_date = DATE '2025-12-10'") == 0
+    assert sorted_rows(ns.to_table("NOT (country = 'US' AND event_date = DATE '2025-12-10')")) \
+        == sorted_rows(others)
+    # rows inside the named partitions are written as usual
+    row = sample.filter(pc.equal(sample["country"], "US")).slice(0, 1)
+    ns.write(row, mode="append", partitions=[{"country": "US",
+                                              "event_date": row["event_date"][0].as_py()}])
+    assert ns.count_rows("country = 'US'") >= 1

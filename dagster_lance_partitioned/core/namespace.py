@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import lance
@@ -211,12 +211,16 @@ class PartitionedNamespace:
         mode: str = "append",
         *,
         commit_properties: dict[str, str] | None = None,
+        partitions: Sequence[Mapping[str, Any]] | None = None,
     ) -> WriteResult:
         """Write ``data`` (Arrow table / batch / reader / C stream) partitioned by the current
         spec, and make all of it visible in one manifest commit.
 
         ``append`` adds rows; ``overwrite_partitions`` replaces the partitions present in the
-        data; ``overwrite`` replaces the whole table."""
+        data; ``overwrite`` replaces the whole table. ``partitions`` (mappings of the current
+        spec's field ids to values) names the only partitions the write may touch: a row of any
+        other partition fails the write (nothing committed), and with ``overwrite_partitions``
+        a named partition without rows becomes empty."""
         if self._pinned:
             raise WriteError(
                 f"{self.uri} was opened at manifest version {self.version}; "
@@ -231,6 +235,7 @@ class PartitionedNamespace:
             mode,
             commit_properties=commit_properties,
             before_commit=self._before_commit,
+            partitions=partitions,
         )
         result = writer.write(data)
         self.refresh()

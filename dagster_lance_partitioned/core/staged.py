@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -101,6 +101,7 @@ class StagedWrite:
     mode: str
     write_id: str
     commit_properties: dict[str, str] = field(default_factory=dict)
+    partitions: tuple[dict[str, Any], ...] | None = None  # the only partitions it may touch
 
     @classmethod
     def begin(
@@ -108,8 +109,10 @@ class StagedWrite:
         ns: PartitionedNamespace,
         mode: str = "append",
         commit_properties: dict[str, str] | None = None,
+        partitions: Sequence[Mapping[str, Any]] | None = None,
     ) -> StagedWrite:
-        """Plan a write into ``ns`` at its latest manifest version (driver side)."""
+        """Plan a write into ``ns`` at its latest manifest version (driver side); see
+        :meth:`PartitionedNamespace.write` for ``partitions``."""
         if mode not in WRITE_MODES:
             raise WriteError(f"unknown write mode {mode!r} (use one of {', '.join(WRITE_MODES)})")
         ns.refresh()
@@ -122,6 +125,7 @@ class StagedWrite:
             mode,
             secrets.token_hex(8),
             dict(commit_properties or {}),
+            None if partitions is None else tuple(dict(p) for p in partitions),
         )
 
     def _writer(self) -> _StagingWriter:
@@ -135,6 +139,7 @@ class StagedWrite:
             ns.current_spec,
             self.mode,
             commit_properties={**self.commit_properties, "write_id": self.write_id},
+            partitions=self.partitions,
         )
         writer.write_id = self.write_id
         return writer
@@ -198,6 +203,8 @@ class StagedWrite:
                 pending.fragments.extend(part.fragments)
                 pending.rows += part.rows
         writer._pending = merged
+        writer.empty_named_partitions()
+        merged = writer._pending
 
         def commit_table(pending: _Pending) -> None:
             pending.version = writer._commit_table(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -145,6 +145,7 @@ class PartitionWriter:
         mode: str,
         commit_properties: dict[str, str] | None = None,
         before_commit: Callable[[list[_Pending]], None] | None = None,
+        partitions: Iterable[Mapping[str, Any]] | None = None,
     ) -> None:
         if mode not in WRITE_MODES:
             raise WriteError(f"unknown write mode {mode!r} (use one of {', '.join(WRITE_MODES)})")
@@ -158,6 +159,7 @@ class PartitionWriter:
         self.mode = mode
         self.commit_properties = dict(commit_properties or {})
         self.before_commit = before_commit
+        self.allowed = None if partitions is None else self._keys(partitions)
         self._index = base.table_index(spec.spec_id)
         self._ns_ids = base.namespace_ids()
         self._pending: dict[tuple[Any, ...], _Pending] = {}
@@ -166,9 +168,47 @@ class PartitionWriter:
         self._buffered = 0
 
     # -- data ---------------------------------------------------------------------------------
+    def _keys(self, partitions: Iterable[Mapping[str, Any]]) -> set[tuple[Any, ...]]:
+        """Partition keys (values in spec order, typed like the manifest) of ``partitions``,
+        each a mapping of field id -> value of the current spec."""
+        ids = [f.field_id for f in self.spec.fields]
+        keys = set()
+        for values in partitions:
+            unknown = sorted(set(values) - set(ids))
+            missing = [fid for fid in ids if fid not in values]
+            if unknown or missing:
+                raise WriteError(
+                    f"partition {dict(values)} does not name the fields of spec "
+                    f"v{self.spec.spec_id} ({', '.join(ids)}): "
+                    f"unknown {unknown}, missing {missing}"
+                )
+            key = []
+            for f in self.spec.fields:
+                value = values[f.field_id]
+                if value is not None:
+                    try:
+                        value = pa.scalar(value).cast(f.result_type).as_py()
+                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                        raise WriteError(
+                            f"partition value {value!r} of field {f.field_id!r} is not a "
+                            f"{f.result_type}"
+                        ) from None
+                key.append(value)
+            keys.add(tuple(key))
+        return keys
+
+    def empty_named_partitions(self) -> None:
+        """With ``overwrite_partitions``, named existing partitions that got no rows are
+        replaced by nothing (they become empty)."""
+        if self.allowed is not None and self.mode == "overwrite_partitions":
+            for key in self.allowed - set(self._pending):
+                if key in self._index:
+                    self._pending[key] = self._new_pending(key)
+
     def write(self, data: Any) -> WriteResult:
         """Write ``data`` and commit; nothing is visible unless this returns."""
         self.ingest(data)
+        self.empty_named_partitions()
         self._finish_tables()
         if self.before_commit is not None:
             self.before_commit(list(self._pending.values()))
@@ -196,6 +236,14 @@ class PartitionWriter:
                         self._add(key, part)
 
     def _add(self, key: tuple[Any, ...], part: Rows) -> None:
+        if self.allowed is not None and key not in self.allowed:
+            values = dict(zip((f.field_id for f in self.spec.fields), key, strict=True))
+            sample = part.materialize().slice(0, 1).to_pylist()[0]
+            raise WriteError(
+                f"a row belongs to partition {values}, which this write may not touch "
+                f"(it names {len(self.allowed)} partition(s)); nothing was committed. "
+                f"Sample row: {sample}"
+            )
         pending = self._pending.get(key)
         if pending is None:
             pending = self._new_pending(key)
