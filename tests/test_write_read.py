@@ -380,10 +380,39 @@ def test_write_limited_to_named_partitions(tmp_path, sample):
     res = ns.write(sample.slice(0, 0), mode="overwrite_partitions", partitions=named)
     assert [p.rows for p in res.partitions] == [0]
     assert ns.count_rows("country = 'US' AND event_date = DATE '2025-12-10'") == 0
-    assert sorted_rows(ns.to_table("NOT (country = 'US' AND event_date = DATE '2025-12-10')")) \
-        == sorted_rows(others)
+    assert sorted_rows(
+        ns.to_table("NOT (country = 'US' AND event_date = DATE '2025-12-10')")
+    ) == sorted_rows(others)
     # rows inside the named partitions are written as usual
     row = sample.filter(pc.equal(sample["country"], "US")).slice(0, 1)
-    ns.write(row, mode="append", partitions=[{"country": "US",
-                                              "event_date": row["event_date"][0].as_py()}])
+    ns.write(
+        row,
+        mode="append",
+        partitions=[{"country": "US", "event_date": row["event_date"][0].as_py()}],
+    )
     assert ns.count_rows("country = 'US'") >= 1
+
+
+def test_reading_a_task_fragment_by_fragment(tmp_path, monkeypatch):
+    from dagster_lance_partitioned.core.scan import iter_task_batches, lance_filter
+
+    monkeypatch.setattr(writer_mod, "MAX_ROWS_PER_FILE", 10)
+    ns = make_ns(tmp_path, [PartitionField.identity("country")])
+    ns.write(sample_table(90, countries=("US", "FR")))
+    for flt in (None, "value > 40"):
+        translated = lance_filter(flt, ns.schema)
+        for task in ns.plan_scan(flt).tasks:
+            frags = lance.dataset(task.uri, version=task.read_version).get_fragments()
+            assert len(frags) > 1
+            whole = pa.Table.from_batches(
+                list(iter_task_batches(task, ns.schema_with_ids, None, flt, None, None, translated))
+            )
+            pieces = [
+                row
+                for f in frags
+                for b in iter_task_batches(
+                    task, ns.schema_with_ids, ["id"], flt, None, None, translated, [f.fragment_id]
+                )
+                for row in b.to_pylist()
+            ]
+            assert sorted(r["id"] for r in pieces) == sorted(whole["id"].to_pylist())

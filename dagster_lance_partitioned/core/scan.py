@@ -70,8 +70,10 @@ def iter_task_batches(
     storage_options: dict[str, str] | None,
     batch_size: int | None = None,
     translated_filter: str | None = None,
+    fragment_ids: Sequence[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Batches of one task, projected, filtered and reconciled to the namespace schema.
+    """Batches of one task (or of the fragments ``fragment_ids`` of its table), projected,
+    filtered and reconciled to the namespace schema.
 
     ``schema`` is the namespace schema, preferably with its field ids: the table's columns are
     then matched by id (a renamed column is found under its old name), else by name.
@@ -98,6 +100,8 @@ def iter_task_batches(
         if batch_size:
             kwargs["batch_size"] = batch_size
         try:
+            if fragment_ids is not None:
+                kwargs["fragments"] = [ds.get_fragment(i) for i in fragment_ids]
             reader = ds.scanner(**kwargs).to_reader()
         except (ValueError, OSError):
             reader = None  # Lance cannot evaluate this filter: DataFusion does it below
@@ -109,7 +113,9 @@ def iter_task_batches(
             return
     # schemas differ (or Lance cannot take the filter): reconcile, then filter with DataFusion
     wanted = plain if filter_sql else target
-    table = conform_for_read(_read_sources(ds, wanted, sources), wanted, where, sources)
+    table = conform_for_read(
+        _read_sources(ds, wanted, sources, fragment_ids), wanted, where, sources
+    )
     table = fill_constants(table, task.constants, wanted)  # identity keys a table lacks
     if filter_sql:
         ctx = dfn.SessionContext()
@@ -120,14 +126,19 @@ def iter_task_batches(
 
 
 def _read_sources(
-    ds: lance.LanceDataset, wanted: pa.Schema, sources: dict[str, str | None]
+    ds: lance.LanceDataset,
+    wanted: pa.Schema,
+    sources: dict[str, str | None],
+    fragment_ids: Sequence[int] | None = None,
 ) -> pa.Table:
-    """The table's columns holding ``wanted``'s columns (all its rows, even when it holds none
-    of them)."""
+    """The table's columns holding ``wanted``'s columns (all its rows, or those of
+    ``fragment_ids``, even when it holds none of the columns)."""
+    fragments = None if fragment_ids is None else [ds.get_fragment(i) for i in fragment_ids]
     present = [src for f in wanted if (src := sources.get(f.name)) is not None]
     if present:
-        return ds.to_table(columns=present)
-    return pa.table({"__rows": pa.nulls(ds.count_rows(), pa.null())})
+        return ds.scanner(columns=present, fragments=fragments).to_table()
+    rows = sum(f.count_rows() for f in fragments) if fragments is not None else ds.count_rows()
+    return pa.table({"__rows": pa.nulls(rows, pa.null())})
 
 
 def lance_filter(filter_sql: str | None, schema: pa.Schema) -> str | None:
