@@ -128,6 +128,9 @@ def test_staged_write_limited_to_named_partitions(ns):
     sw.commit([None])  # no rows staged: the named partition becomes empty
     assert ns.refresh().count_rows("country = 'US' AND event_date = DATE '2025-12-10'") == 0
     assert ns.count_rows() == 12 - len(
-        [r for r in sample_table(12).to_pylist()
-         if r["country"] == "US" and str(r["event_date"]) == "2025-12-10"]
+        [
+            r
+            for r in sample_table(12).to_pylist()
+            if r["country"] == "US" and str(r["event_date"]) == "2025-12-10"
+        ]
     )

@@ -1,0 +1,41 @@
+"""Spark layer: the ``lance_partitioned`` Python data source and DataFrame helpers.
+
+```python
+from dagster_lance_partitioned.spark import register
+register(spark)
+df = spark.read.format("lance_partitioned").load(uri)
+df.write.format("lance_partitioned").mode("append").save(uri)
+```
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from .frames import read_dataframe, write_dataframe
+from .options import FORMAT, SparkOptionError
+from .source import LancePartitionedDataSource
+
+__all__ = [
+    "FORMAT",
+    "LancePartitionedDataSource",
+    "SparkOptionError",
+    "read_dataframe",
+    "register",
+    "write_dataframe",
+]
+
+_SESSION_CONF = {
+    # Python data sources only see pushed filters with this on (off by default in Spark 4.x)
+    "spark.sql.python.filterPushdown.enabled": "true",
+    # time-of-day columns are read as Spark TIME, which Spark 4.x keeps behind this flag
+    "spark.sql.timeType.enabled": "true",
+}
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``lance_partitioned`` format with ``spark`` and switch on Python data source
+    filter pushdown (and the TIME type) for the session."""
+    for key, value in _SESSION_CONF.items():
+        spark.conf.set(key, value)
+    spark.dataSource.register(LancePartitionedDataSource)

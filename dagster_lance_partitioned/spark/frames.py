@@ -1,0 +1,143 @@
+"""DataFrame helpers for the Dagster layer: read a namespace into a DataFrame, write one into a
+namespace and get back what was written."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pyspark.errors.exceptions.captured import CapturedException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ..core.errors import WriteError
+from ..core.filters import FilterLike
+from ..core.spec import PartitionSpec, source_names
+from ..core.staged import StagedWrite
+from ..core.writer import WRITE_MODES, WriteResult
+from . import options as opt
+from .types import arrow_schema
+from .writer import (
+    PARTITIONS_OPTION,
+    RESULT_PATH_OPTION,
+    encode_partitions,
+    load_result,
+    open_or_create,
+)
+
+_DATE_PARTS = {"year": F.year, "month": F.month, "day": F.dayofmonth, "hour": F.hour}
+
+
+def read_dataframe(
+    spark: SparkSession,
+    uri: str,
+    filter: FilterLike = None,
+    columns: Sequence[str] | None = None,
+    version: int | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> DataFrame:
+    """The namespace at ``uri`` as a DataFrame: only the partition tables ``filter`` may match
+    are read (the filter is also applied inside each scan), only ``columns`` are read, at
+    manifest ``version`` (default: the latest, pinned now)."""
+    activate(spark)
+    reader = spark.read.format(opt.FORMAT)
+    sql = opt.encode_filter(filter)
+    if sql is not None:
+        reader = reader.option("filter", sql)
+    if columns is not None:
+        reader = reader.option("columns", json.dumps(list(columns)))
+    if version is not None:
+        reader = reader.option("version", str(version))
+    if storage_options:
+        reader = reader.option("storageOptions", json.dumps(storage_options))
+    return reader.load(uri)
+
+
+def write_dataframe(
+    df: DataFrame,
+    uri: str,
+    mode: str = "append",
+    partition_by: str | Sequence[Any] | None = None,
+    partition_values: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    storage_options: dict[str, str] | None = None,
+    commit_properties: dict[str, str] | None = None,
+    cluster: bool = True,
+) -> WriteResult | None:
+    """Write ``df`` into the namespace at ``uri`` through the ``lance_partitioned`` format and
+    return what was written (rows per partition, manifest version); None when Spark committed
+    nothing (e.g. a DataFrame without partitions).
+
+    ``mode``: ``append``, ``overwrite_partitions`` or ``overwrite``. ``partition_by`` creates
+    a missing namespace (``"country,year(event_date)"``, JSON, or PartitionFields).
+    ``partition_values`` (mappings of the current spec's field ids to values) names the only
+    partitions the write may touch: a row of another partition fails the job, naming it, and
+    nothing is committed; with ``overwrite_partitions`` a named partition without rows becomes
+    empty. ``cluster`` first hash-partitions the rows by their partition values (where Spark can
+    compute them), so each partition table gets few, large fragments.
+
+    The schema is checked on the driver before anything is written (SchemaMismatchError naming
+    the column); the rows never leave the executors."""
+    if mode not in WRITE_MODES:
+        raise WriteError(f"unknown write mode {mode!r} (use one of {', '.join(WRITE_MODES)})")
+    data_schema = arrow_schema(df.schema)
+    ns = open_or_create(uri, storage_options, data_schema, partition_by)
+    # the checks the job repeats, here with the core's own exceptions
+    StagedWrite.begin(ns, mode, partitions=partition_values).check_schema(data_schema)
+    activate(df.sparkSession)
+    if cluster:
+        df = cluster_by_partition(df, ns)
+    writer = df.write.format(opt.FORMAT).mode("append" if mode == "append" else "overwrite")
+    if mode == "overwrite_partitions":
+        writer = writer.option("partitionOverwriteMode", "dynamic")
+    if storage_options:
+        writer = writer.option("storageOptions", json.dumps(storage_options))
+    if commit_properties:
+        writer = writer.option("commitProperties", json.dumps(commit_properties))
+    if partition_values is not None:
+        writer = writer.option(PARTITIONS_OPTION, encode_partitions(list(partition_values)))
+    with tempfile.TemporaryDirectory(prefix="dlp-spark-write-") as tmp:
+        path = os.path.join(tmp, "result.pickle")
+        try:
+            writer.option(RESULT_PATH_OPTION, path).save(ns.uri)
+        except CapturedException as e:
+            raise WriteError(f"Spark write into {ns.uri} failed, nothing committed: {e}") from e
+        return load_result(path)
+
+
+def activate(spark: SparkSession) -> None:
+    """Make ``spark`` the JVM's active session in the calling thread: Spark resolves Python data
+    sources of a write through the thread's active session, which a thread other than the one
+    that created the session does not have (a Dagster op run in a thread pool)."""
+    jvm = getattr(spark, "_jvm", None)
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jvm is not None and jsession is not None:  # not with Spark Connect
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
+
+
+def partition_columns(
+    spec: PartitionSpec, schema_with_ids: Any, columns: Sequence[str]
+) -> list[Column]:
+    """Spark expressions grouping rows like ``spec`` (identity and date-part fields of
+    ``columns``; other fields are left out, which only makes the grouping coarser)."""
+    exprs: list[Column] = []
+    for f in spec.fields:
+        names = source_names(f, schema_with_ids)
+        kind = f.transform.type_name if f.transform is not None else None
+        if len(names) != 1 or names[0] not in columns:
+            continue
+        if kind == "identity":
+            exprs.append(F.col(names[0]))
+        elif kind in _DATE_PARTS:
+            exprs.append(_DATE_PARTS[kind](F.col(names[0])))
+    return exprs
+
+
+def cluster_by_partition(df: DataFrame, ns: Any) -> DataFrame:
+    """``df`` hash-partitioned by its partition values, so that each Spark task writes whole
+    partitions (one fragment per partition table and task instead of one per task)."""
+    exprs = partition_columns(ns.current_spec, ns.schema_with_ids, df.columns)
+    return df.repartition(*exprs) if exprs else df

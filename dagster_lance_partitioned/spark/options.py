@@ -1,0 +1,136 @@
+"""Options of the ``lance_partitioned`` Spark format (Spark passes them case-insensitively, with
+lower-cased keys)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..core.errors import PartitionedNamespaceError
+from ..core.filters import to_sql
+
+FORMAT = "lance_partitioned"
+
+STORAGE_PREFIX = "storage."
+DEFAULT_BATCH_ROWS = 64 * 1024
+DEFAULT_PARTITION_ROWS = 1024 * 1024
+
+
+class SparkOptionError(PartitionedNamespaceError, ValueError):
+    """An option of the ``lance_partitioned`` format is missing or malformed."""
+
+
+def _get(options: Mapping[str, str], key: str) -> str | None:
+    value = options.get(key.lower(), options.get(key))
+    return None if value is None or str(value).strip() == "" else str(value)
+
+
+def path(options: Mapping[str, str]) -> str:
+    """The namespace root: ``load(uri)`` / ``save(uri)`` or option ``path``."""
+    value = _get(options, "path")
+    if value is None:
+        raise SparkOptionError(
+            f"format {FORMAT!r} needs the namespace URI: .load(uri) / .save(uri) or .option('path')"
+        )
+    return value
+
+
+def version(options: Mapping[str, str]) -> int | None:
+    """Option ``version``: the ``__manifest`` version to read (time travel)."""
+    return _int(options, "version")
+
+
+def _int(options: Mapping[str, str], key: str) -> int | None:
+    raw = _get(options, key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SparkOptionError(f"option {key!r} must be an integer, got {raw!r}") from None
+    if value < 0:
+        raise SparkOptionError(f"option {key!r} must not be negative, got {value}")
+    return value
+
+
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = _get(options, key)
+    if raw is None:
+        return default
+    if raw.lower() in ("true", "1", "yes"):
+        return True
+    if raw.lower() in ("false", "0", "no"):
+        return False
+    raise SparkOptionError(f"option {key!r} must be true or false, got {raw!r}")
+
+
+def storage_options(options: Mapping[str, str]) -> dict[str, str] | None:
+    """Storage options: a JSON object in ``storageOptions`` (keys kept as written) plus every
+    ``storage.<key>`` option (Spark lower-cases those keys)."""
+    out: dict[str, str] = {}
+    raw = _get(options, "storageOptions")
+    if raw is not None:
+        try:
+            parsed = json.loads(raw)
+        except ValueError as e:
+            raise SparkOptionError(f"option 'storageOptions' is not JSON: {e}") from None
+        if not isinstance(parsed, dict):
+            raise SparkOptionError("option 'storageOptions' must be a JSON object")
+        out.update({str(k): str(v) for k, v in parsed.items()})
+    for key, value in options.items():
+        if key.lower().startswith(STORAGE_PREFIX) and len(key) > len(STORAGE_PREFIX):
+            out[key[len(STORAGE_PREFIX) :]] = str(value)
+    return out or None
+
+
+def filter_sql(options: Mapping[str, str]) -> str | None:
+    """Option ``filter``: a DataFusion SQL predicate, or a JSON list of ``[column, op, value]``."""
+    raw = _get(options, "filter")
+    if raw is None:
+        return None
+    if raw.lstrip().startswith("["):
+        try:
+            items = json.loads(raw)
+        except ValueError as e:
+            raise SparkOptionError(f"option 'filter' is not a JSON list: {e}") from None
+        return to_sql([tuple(item) for item in items])
+    return raw
+
+
+def encode_filter(filter: str | Sequence[tuple[str, str, Any]] | None) -> str | None:
+    """A core filter (SQL string or tuples) as the value of option ``filter``."""
+    if filter is None or isinstance(filter, str):
+        return filter
+    return to_sql(filter)
+
+
+def columns(options: Mapping[str, str]) -> list[str] | None:
+    """Option ``columns``: the columns to read (comma-separated or a JSON list)."""
+    raw = _get(options, "columns")
+    if raw is None:
+        return None
+    if raw.lstrip().startswith("["):
+        try:
+            parsed = json.loads(raw)
+        except ValueError as e:
+            raise SparkOptionError(f"option 'columns' is not a JSON list: {e}") from None
+        return [str(c) for c in parsed]
+    return [c.strip() for c in raw.split(",") if c.strip()]
+
+
+def batch_rows(options: Mapping[str, str]) -> int:
+    """Option ``batchSize``: rows per Arrow batch handed to Spark."""
+    return _int(options, "batchSize") or DEFAULT_BATCH_ROWS
+
+
+def partition_rows(options: Mapping[str, str]) -> int:
+    """Option ``rowsPerPartition``: fragments of one partition table are grouped into Spark
+    input partitions of about this many rows."""
+    return _int(options, "rowsPerPartition") or DEFAULT_PARTITION_ROWS
+
+
+def split_fragments(options: Mapping[str, str]) -> bool:
+    """Option ``splitFragments`` (default true): a partition table with several fragments may
+    become several Spark input partitions."""
+    return _bool(options, "splitFragments", True)

@@ -1,0 +1,193 @@
+"""The write side of the Spark data source.
+
+On the driver (``writer()``): open the namespace (or create it from the DataFrame schema with
+option ``partitionBy``), check the DataFrame schema against the namespace schema before any
+data is written, and begin a :class:`~dagster_lance_partitioned.core.staged.StagedWrite`
+against the latest manifest version. On the executors (``write()``): each task splits its rows
+by partition and writes Lance fragments straight into the partition tables, returning the
+fragment metadata as its commit message. On the driver again (``commit()``): every partition
+table is committed once, then one ``__manifest`` commit makes all of it visible. A failed job
+(``abort()``) commits nothing: readers stay on the previous state, the fragments written are
+orphans a vacuum removes.
+
+Modes: ``append``; ``overwrite`` replaces the whole table; ``overwrite`` with option
+``partitionOverwriteMode=dynamic`` replaces only the partitions present in the data."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import os
+import pickle
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from ..core.errors import NamespaceNotFoundError, WriteError
+from ..core.namespace import PartitionedNamespace
+from ..core.staged import StagedWrite, StageResult
+from ..core.writer import WriteResult
+from . import options as opt
+from .partition_by import parse_partition_by
+from .types import arrow_schema
+
+RESULT_PATH_OPTION = "writeResultPath"  # internal: where commit() leaves the WriteResult
+PARTITIONS_OPTION = "partitions"  # JSON list of {field id: value}: the only partitions written
+
+
+@dataclass
+class StagedMessage(WriterCommitMessage):
+    """One task's commit message: the fragments it staged, per partition."""
+
+    result: StageResult
+
+
+def write_mode(options: Mapping[str, str], overwrite: bool) -> str:
+    """The core write mode of a Spark save mode and option ``partitionOverwriteMode``."""
+    dynamic = (opt._get(options, "partitionOverwriteMode") or "static").lower()
+    if dynamic not in ("static", "dynamic"):
+        raise opt.SparkOptionError(
+            f"option 'partitionOverwriteMode' must be static or dynamic, got {dynamic!r}"
+        )
+    if not overwrite:
+        return "append"
+    return "overwrite_partitions" if dynamic == "dynamic" else "overwrite"
+
+
+def open_or_create(
+    uri: str,
+    storage_options: dict[str, str] | None,
+    schema: pa.Schema,
+    partition_by: Any = None,
+) -> PartitionedNamespace:
+    """The namespace at ``uri``; a missing one is created with ``schema`` and ``partition_by``
+    (simple or JSON ``partitionBy`` form, or PartitionFields)."""
+    try:
+        return PartitionedNamespace.open(uri, storage_options)
+    except NamespaceNotFoundError:
+        if partition_by is None:
+            raise NamespaceNotFoundError(
+                f"{uri}: no partitioned namespace here; to create one from this DataFrame, "
+                "give option 'partitionBy' (e.g. \"country,year(event_date)\")"
+            ) from None
+    fields = parse_partition_by(partition_by)
+    return PartitionedNamespace.create(uri, schema, fields, storage_options=storage_options)
+
+
+def _partitions(options: Mapping[str, str]) -> list[dict[str, Any]] | None:
+    raw = opt._get(options, PARTITIONS_OPTION)
+    if raw is None:
+        return None
+    try:
+        parsed = json.loads(raw)
+    except ValueError as e:
+        raise opt.SparkOptionError(f"option 'partitions' is not JSON: {e}") from None
+    if not isinstance(parsed, list) or not all(isinstance(p, dict) for p in parsed):
+        raise opt.SparkOptionError("option 'partitions' must be a JSON list of objects")
+    return parsed
+
+
+def encode_partitions(partitions: list[Mapping[str, Any]]) -> str:
+    """Partition values (field id -> value) as the JSON of option ``partitions``."""
+
+    def default(v: Any) -> Any:
+        if isinstance(v, dt.date | dt.datetime | dt.time):
+            return v.isoformat()
+        if isinstance(v, decimal.Decimal):
+            return str(v)
+        raise TypeError(f"cannot encode partition value {v!r}")
+
+    return json.dumps([dict(p) for p in partitions], default=default)
+
+
+def _commit_properties(options: Mapping[str, str]) -> dict[str, str]:
+    raw = opt._get(options, "commitProperties")
+    props: dict[str, str] = {"dlp.engine": "spark"}
+    if raw is None:
+        return props
+    try:
+        parsed = json.loads(raw)
+    except ValueError as e:
+        raise opt.SparkOptionError(f"option 'commitProperties' is not JSON: {e}") from None
+    if not isinstance(parsed, dict):
+        raise opt.SparkOptionError("option 'commitProperties' must be a JSON object")
+    props.update({str(k): str(v) for k, v in parsed.items()})
+    return props
+
+
+def make_writer(
+    options: Mapping[str, str], schema: StructType, overwrite: bool
+) -> LancePartitionedWriter:
+    """The writer of one Spark write job (runs on the driver, before any task)."""
+    uri = opt.path(options)
+    storage = opt.storage_options(options)
+    data_schema = arrow_schema(schema)
+    ns = open_or_create(uri, storage, data_schema, opt._get(options, "partitionBy"))
+    staged = StagedWrite.begin(
+        ns,
+        write_mode(options, overwrite),
+        commit_properties=_commit_properties(options),
+        partitions=_partitions(options),
+    )
+    staged.check_schema(data_schema)  # raises naming the column, before any data is written
+    return LancePartitionedWriter(staged, opt._get(options, RESULT_PATH_OPTION))
+
+
+class LancePartitionedWriter(DataSourceArrowWriter):
+    """Stages fragments in the tasks, commits them once on the driver."""
+
+    def __init__(self, staged: StagedWrite, result_path: str | None = None) -> None:
+        self.staged = staged
+        self.result_path = result_path
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
+        """Write this task's rows as fragments of their partition tables (nothing visible)."""
+        return StagedMessage(self.staged.stage(b for b in iterator if b.num_rows))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Commit every partition table once, then the single ``__manifest`` commit."""
+        result = self.staged.commit(_results(messages))
+        if self.result_path:
+            save_result(self.result_path, result)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Nothing becomes visible; staged fragments are left as orphans."""
+        self.staged.abort(_results(messages))
+
+
+def _results(messages: list[WriterCommitMessage | None]) -> list[StageResult | None]:
+    out: list[StageResult | None] = []
+    for m in messages:
+        if m is None:
+            out.append(None)
+        elif isinstance(m, StagedMessage):
+            out.append(m.result)
+        else:
+            raise WriteError(f"unexpected commit message {type(m).__name__}")
+    return out
+
+
+def save_result(path: str, result: WriteResult) -> None:
+    """Leave ``result`` at ``path`` (atomically) for the process that started the write."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".write-result-")
+    with os.fdopen(fd, "wb") as fh:
+        pickle.dump(result, fh)
+    os.replace(tmp, path)
+
+
+def load_result(path: str) -> WriteResult | None:
+    """The result left by :func:`save_result`, or None when the write committed nothing."""
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return None
+    with open(path, "rb") as fh:
+        result = pickle.load(fh)
+    if not isinstance(result, WriteResult):
+        return None
+    return result
