@@ -62,12 +62,15 @@ def test_every_column_type_round_trips(spark, tmp_path):
         ],
     )
     ns.write(table)
-    df = spark.read.format(FORMAT).load(ns.uri)
+    df = spark.read.format(FORMAT).option("rowsPerPartition", "1").load(ns.uri)
     assert df.schema == spark_schema(ns.schema)
     assert [f.name for f in df.schema] == table.column_names
     assert df.rdd.getNumPartitions() == len(ns.partitions()) == 4
     got = df.toArrow()
     assert rows_of(got) == rows_of(ns.to_table()) == rows_of(table)
+    packed = spark.read.format(FORMAT).load(ns.uri)  # small tables share one input partition
+    assert packed.rdd.getNumPartitions() == 1
+    assert rows_of(packed.toArrow()) == rows_of(table)
     # the row path too (Spark's Python Row conversion)
     rows = sorted(df.select("id", "country", "ts_ny", "dec", "m").collect(), key=lambda r: r.id)
     assert [r.country for r in rows] == ["US", None, "FR", None]
@@ -76,8 +79,13 @@ def test_every_column_type_round_trips(spark, tmp_path):
     assert rows[0].m == {"a": 1, "b": None}
 
 
+def one_per_table(spark):
+    """A reader giving every partition table its own input partition."""
+    return spark.read.format(FORMAT).options(rowsPerPartition="1", splitFragments="false")
+
+
 def test_pushdown_prunes_input_partitions(spark, events):
-    df = spark.read.format(FORMAT).option("splitFragments", "false").load(events.uri)
+    df = one_per_table(spark).load(events.uri)
     assert df.rdd.getNumPartitions() == 9
     q = df.where("event_date = '2025-12-10' AND country = 'US'").select("id", "value")
     assert q.rdd.getNumPartitions() == 1
@@ -101,7 +109,7 @@ def test_pushdown_prunes_input_partitions(spark, events):
 
 
 def test_filters_spark_keeps_are_still_applied(spark, events):
-    df = spark.read.format(FORMAT).option("splitFragments", "false").load(events.uri)
+    df = one_per_table(spark).load(events.uri)
     rows = events.to_table().to_pylist()
     # a float comparison is not pushed: Spark filters, every partition is read
     q = df.where("value > 120.5 AND country = 'DE'")
@@ -143,7 +151,7 @@ def test_zoned_timestamp_filters_prune_and_match_spark(spark, tmp_path):
         [PartitionField.year("ts"), PartitionField.month("ts"), PartitionField.day("ts")],
     )
     ns.write(table)
-    df = spark.read.format(FORMAT).load(ns.uri)
+    df = one_per_table(spark).load(ns.uri)
     lo, hi = dt.datetime(2025, 12, 10, 10, tzinfo=UTC), dt.datetime(2025, 12, 11, 5, tzinfo=UTC)
     q = df.where(f"ts >= TIMESTAMP '{lo.isoformat()}' AND ts < TIMESTAMP '{hi.isoformat()}'")
     assert sorted(r.id for r in q.collect()) == [i for i, v in enumerate(values) if lo <= v < hi]
@@ -176,13 +184,16 @@ def test_columns_option_and_user_schema_narrow_the_read(spark, events):
     assert sorted(got["id"].to_pylist()) == sorted(events.to_table()["id"].to_pylist())
 
 
-def test_fragments_split_into_input_partitions(spark, events):
-    whole = spark.read.format(FORMAT).option("splitFragments", "false").load(events.uri)
+def test_tables_packed_and_fragments_split_into_input_partitions(spark, events):
+    whole = one_per_table(spark).load(events.uri)
     split = spark.read.format(FORMAT).option("rowsPerPartition", "1").load(events.uri)
     assert whole.rdd.getNumPartitions() == 9
     assert split.rdd.getNumPartitions() == 18  # two fragments per partition table
-    grouped = spark.read.format(FORMAT).load(events.uri)  # small fragments stay together
-    assert grouped.rdd.getNumPartitions() == 9
+    # 8 rows per table: two tables per input partition of 16 rows
+    paired = spark.read.format(FORMAT).option("rowsPerPartition", "16").load(events.uri)
+    assert paired.rdd.getNumPartitions() == 5
+    assert spark.read.format(FORMAT).load(events.uri).rdd.getNumPartitions() == 1
+    assert sorted_rows(paired.toArrow()) == sorted_rows(events.to_table())
     expected = sorted_rows(events.to_table())
     assert sorted_rows(split.toArrow()) == expected
     assert sorted_rows(split.where("country = 'FR'").toArrow()) == [
@@ -201,7 +212,13 @@ def test_renamed_column_reads_by_field_id(spark, events):
 
 
 def test_read_dataframe_helper(spark, events):
-    df = read_dataframe(spark, events.uri, filter=[("country", "=", "FR")], columns=["id"])
+    df = read_dataframe(
+        spark,
+        events.uri,
+        filter=[("country", "=", "FR")],
+        columns=["id"],
+        options={"rowsPerPartition": "1", "splitFragments": "false"},
+    )
     assert df.columns == ["id"]
     assert df.rdd.getNumPartitions() == 3
     assert sorted(r.id for r in df.collect()) == sorted(
@@ -211,6 +228,21 @@ def test_read_dataframe_helper(spark, events):
     events.write(sample_table(3, start=500))
     sql = read_dataframe(spark, events.uri, filter="id >= 100", version=v)
     assert sql.count() == 36
+
+
+def test_each_query_on_its_own_load_is_correct(spark, events):
+    """Spark 4.3 keeps a loaded DataFrame's last pushdown for later queries that push nothing
+    (see ``source``): a fresh load per query, or ``pushFilters=false``, reads correctly."""
+    total = events.count_rows()
+    fr = one_per_table(spark).load(events.uri).where("country = 'FR'")
+    assert fr.count() == events.count_rows("country = 'FR'")
+    assert spark.read.format(FORMAT).load(events.uri).count() == total
+    assert read_dataframe(spark, events.uri).count() == total
+    unpushed = spark.read.format(FORMAT).option("pushFilters", "false").load(events.uri)
+    us = unpushed.where("country = 'US'")
+    assert us.count() == events.count_rows("country = 'US'")
+    assert spark_filters(us)  # Spark filtered, nothing was pushed
+    assert unpushed.count() == total
 
 
 def test_translate_spark_filters():

@@ -38,12 +38,14 @@ def read_dataframe(
     columns: Sequence[str] | None = None,
     version: int | None = None,
     storage_options: dict[str, str] | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """The namespace at ``uri`` as a DataFrame: only the partition tables ``filter`` may match
     are read (the filter is also applied inside each scan), only ``columns`` are read, at
-    manifest ``version`` (default: the latest, pinned now)."""
+    manifest ``version`` (default: the latest, pinned now). ``options``: further reader
+    options (``rowsPerPartition``, ``batchSize``, ...)."""
     activate(spark)
-    reader = spark.read.format(opt.FORMAT)
+    reader = spark.read.format(opt.FORMAT).options(**dict(options or {}))
     sql = opt.encode_filter(filter)
     if sql is not None:
         reader = reader.option("filter", sql)

@@ -125,8 +125,8 @@ def batch_rows(options: Mapping[str, str]) -> int:
 
 
 def partition_rows(options: Mapping[str, str]) -> int:
-    """Option ``rowsPerPartition``: fragments of one partition table are grouped into Spark
-    input partitions of about this many rows."""
+    """Option ``rowsPerPartition``: Spark input partitions hold about this many rows (small
+    partition tables share one; a larger table with several fragments is split)."""
     return _int(options, "rowsPerPartition") or DEFAULT_PARTITION_ROWS
 
 
@@ -134,3 +134,9 @@ def split_fragments(options: Mapping[str, str]) -> bool:
     """Option ``splitFragments`` (default true): a partition table with several fragments may
     become several Spark input partitions."""
     return _bool(options, "splitFragments", True)
+
+
+def push_filters(options: Mapping[str, str]) -> bool:
+    """Option ``pushFilters`` (default true): use the filters Spark pushes to prune partition
+    tables. See the module doc of ``source`` for the Spark 4.x caveat it works around."""
+    return _bool(options, "pushFilters", True)

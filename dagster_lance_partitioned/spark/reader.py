@@ -1,13 +1,17 @@
 """The read side of the Spark data source: plan once on the driver, read Arrow batches on the
 executors.
 
-Planning (``partitions()``) runs in Spark's planning worker on the driver: the namespace is
-opened at the manifest version pinned when the DataFrame was created, ``plan_scan`` selects the
-partition tables with the core filter (``filter`` option AND the filters Spark pushed), and each
-selected table becomes one or more input partitions (groups of its fragments). An input
-partition carries only small data: the task (uri, location, pinned version, partition values)
-and fragment ids. ``read()`` opens the table at that version and yields Arrow batches in exactly
-the layout Spark expects."""
+Planning (``pushFilters()`` then ``partitions()``) runs in Spark's planning worker on the
+driver: the namespace is opened at the manifest version pinned when the DataFrame was created,
+``plan_scan`` selects the partition tables with the core filter (``filter`` option AND the
+filters Spark pushed), and the selected tables are packed into input partitions of about
+``rowsPerPartition`` rows (small tables share one, a large table is split into groups of its
+fragments). An input partition carries only small data: per table the scan task (uri,
+location, pinned version, partition values) and fragment ids. ``read()`` opens each table at
+that version and yields Arrow batches in exactly the layout Spark expects.
+
+Spark pickles the reader for the executors before it calls ``partitions()``: everything
+``read()`` needs is set in ``__init__`` or ``pushFilters()``, or carried by the partition."""
 
 from __future__ import annotations
 
@@ -15,17 +19,14 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import lance
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
 from ..core.arrow_json import strip_field_ids
-from ..core.conform import column_sources, conform_for_read
-from ..core.errors import PartitionReadError
 from ..core.namespace import PartitionedNamespace
 from ..core.planning import ScanPlan, ScanTask
-from ..core.scan import iter_task_batches, lance_filter, open_table, read_schema
+from ..core.scan import iter_task_batches, lance_filter, open_table
 from .filters import translate
 from .types import arrow_schema, conform_batch
 
@@ -45,15 +46,25 @@ class ReadOptions:
     batch_rows: int
     partition_rows: int
     split_fragments: bool
+    push_filters: bool = True
+
+
+Piece = tuple[ScanTask, tuple[int, ...] | None]
+"""A partition table at its pinned version, whole (None) or some of its fragments."""
 
 
 class LancePartition(InputPartition):
-    """One Spark input partition: a partition table at its pinned version, whole or a group of
-    its fragments."""
+    """One Spark input partition: one or more pieces of partition tables, about
+    ``rowsPerPartition`` rows in all (small tables share an input partition; a large table with
+    several fragments is split into groups of fragments)."""
 
-    def __init__(self, task: ScanTask, fragment_ids: tuple[int, ...] | None) -> None:
-        self.task = task
-        self.fragment_ids = fragment_ids
+    def __init__(self, pieces: Sequence[Piece]) -> None:
+        self.pieces = tuple(pieces)
+
+    @property
+    def tasks(self) -> tuple[ScanTask, ...]:
+        """The partition tables this input partition reads (some perhaps in part)."""
+        return tuple(task for task, _ in self.pieces)
 
 
 class LancePartitionedReader(DataSourceReader):
@@ -68,6 +79,9 @@ class LancePartitionedReader(DataSourceReader):
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         """Keep the filters the core can apply (for pruning and inside each scan); hand back
         the ones it cannot apply, or not exactly as Spark would."""
+        if not self.opts.push_filters:
+            yield from filters
+            return
         plain = strip_field_ids(self.opts.schema_with_ids)
         translated = translate(filters, plain)
         self.pushed = translated.conjuncts
@@ -94,42 +108,40 @@ class LancePartitionedReader(DataSourceReader):
         return ns.plan_scan(self.filter_sql)
 
     def partitions(self) -> list[InputPartition]:
-        """One input partition per selected partition table, or per group of its fragments
-        of about ``rowsPerPartition`` rows."""
+        """The selected partition tables packed into input partitions of about
+        ``rowsPerPartition`` rows: small tables share one (Spark's per-task cost of a Python
+        data source is tens of milliseconds), a large table with several fragments is split
+        into groups of fragments."""
         plan = self.plan()
         if not plan.tasks:
             return []
-        if not self.opts.split_fragments:
-            return [LancePartition(t, None) for t in plan.tasks]
-        translated = lance_filter(plan.residual_filter, strip_field_ids(self.opts.schema_with_ids))
-        splittable = plan.residual_filter is None or translated is not None
+        splittable = self.opts.split_fragments
         workers = max(1, min(PLAN_THREADS, len(plan.tasks)))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            groups = list(pool.map(lambda t: self._groups(t, splittable), plan.tasks))
-        return [LancePartition(t, g) for t, gs in zip(plan.tasks, groups, strict=True) for g in gs]
+            units = list(pool.map(lambda t: self._units(t, splittable), plan.tasks))
+        return [LancePartition(pieces) for pieces in pack(units, self.opts.partition_rows)]
 
-    def _groups(self, task: ScanTask, splittable: bool) -> list[tuple[int, ...] | None]:
-        """Fragment groups of one task; ``[None]`` reads the task whole."""
-        if not splittable:
-            return [None]
+    def _units(self, task: ScanTask, splittable: bool) -> list[tuple[Piece, int]]:
+        """A task as pieces with their (physical) row counts: the whole table, or groups of
+        its fragments of about ``rowsPerPartition`` rows."""
         ds = open_table(task, self.opts.storage_options)
-        if not _plain_layout(ds.schema, self.opts.schema_with_ids):
-            return [None]  # reconciled reads go through the core, whole table at once
-        fragments = ds.get_fragments()
-        if len(fragments) <= 1:
-            return [None]
-        groups: list[tuple[int, ...]] = []
+        fragments = [(f.fragment_id, f.metadata.num_rows) for f in ds.get_fragments()]
+        total = sum(rows for _, rows in fragments)
+        target = self.opts.partition_rows
+        if not splittable or total <= target or len(fragments) <= 1:
+            return [((task, None), total)]
+        units: list[tuple[Piece, int]] = []
         current: list[int] = []
         rows = 0
-        for frag in fragments:
-            current.append(frag.fragment_id)
-            rows += frag.metadata.num_rows
-            if rows >= self.opts.partition_rows:
-                groups.append(tuple(current))
+        for fid, n in fragments:
+            current.append(fid)
+            rows += n
+            if rows >= target:
+                units.append(((task, tuple(current)), rows))
                 current, rows = [], 0
         if current:
-            groups.append(tuple(current))
-        return [None] if len(groups) == 1 else list(groups)
+            units.append(((task, tuple(current)), rows))
+        return units
 
     # -- reading (executors) ------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -142,72 +154,38 @@ class LancePartitionedReader(DataSourceReader):
                 yield conform_batch(batch, target)
 
     def _batches(self, partition: LancePartition) -> Iterator[pa.RecordBatch]:
+        for task, fragment_ids in partition.pieces:
+            yield from self._piece(task, fragment_ids)
+
+    def _piece(
+        self, task: ScanTask, fragment_ids: tuple[int, ...] | None
+    ) -> Iterator[pa.RecordBatch]:
         opts = self.opts
         filter_sql = self.filter_sql
-        plain = strip_field_ids(opts.schema_with_ids)
-        translated = lance_filter(filter_sql, plain)
-        if partition.fragment_ids is None:
-            yield from iter_task_batches(
-                partition.task,
-                opts.schema_with_ids,
-                list(opts.columns),
-                filter_sql,
-                opts.storage_options,
-                opts.batch_rows,
-                translated,
-            )
-            return
-        yield from read_fragments(
-            partition.task,
-            partition.fragment_ids,
+        yield from iter_task_batches(
+            task,
             opts.schema_with_ids,
-            opts.columns,
-            translated,
+            list(opts.columns),
+            filter_sql,
             opts.storage_options,
             opts.batch_rows,
+            lance_filter(filter_sql, strip_field_ids(opts.schema_with_ids)),
+            fragment_ids=fragment_ids,
         )
 
 
-def _plain_layout(table_schema: pa.Schema, schema_with_ids: pa.Schema) -> bool:
-    """Whether a partition table holds every namespace column under its name and type (so a
-    subset of its fragments can be scanned directly, as the core does for the whole table)."""
-    plain = strip_field_ids(schema_with_ids)
-    sources = column_sources(table_schema, schema_with_ids)
-    return all(
-        sources[f.name] == f.name and table_schema.field(f.name).type == f.type for f in plain
-    )
-
-
-def read_fragments(
-    task: ScanTask,
-    fragment_ids: Sequence[int],
-    schema_with_ids: pa.Schema,
-    columns: Sequence[str],
-    translated_filter: str | None,
-    storage_options: dict[str, str] | None,
-    batch_rows: int,
-) -> Iterator[pa.RecordBatch]:
-    """Batches of some fragments of one partition table (planned only for tables whose layout
-    is the namespace schema's, with a filter Lance evaluates)."""
-    plain = strip_field_ids(schema_with_ids)
-    target = read_schema(plain, list(columns))
-    ds = open_table(task, storage_options)
-    where = f"partition {task.object_id} (version {ds.version})"
-    if not _plain_layout(ds.schema, schema_with_ids):
-        raise PartitionReadError(f"{where}: its schema changed since the scan was planned")
-    fragments = [_fragment(ds, i, where) for i in fragment_ids]
-    scanner = ds.scanner(
-        columns=list(target.names),
-        filter=translated_filter,
-        fragments=fragments,
-        batch_size=batch_rows,
-    )
-    for batch in scanner.to_reader():
-        yield from conform_for_read(pa.Table.from_batches([batch]), target, where).to_batches()
-
-
-def _fragment(ds: lance.LanceDataset, fragment_id: int, where: str) -> lance.LanceFragment:
-    frag = ds.get_fragment(fragment_id)
-    if frag is None:
-        raise PartitionReadError(f"{where}: fragment {fragment_id} is missing")
-    return frag
+def pack(units: Sequence[Sequence[tuple[Piece, int]]], target_rows: int) -> list[list[Piece]]:
+    """Pieces (in plan order) packed greedily into groups of about ``target_rows`` rows; a
+    piece larger than that gets a group of its own."""
+    groups: list[list[Piece]] = []
+    current: list[Piece] = []
+    rows = 0
+    for piece, n in (u for task_units in units for u in task_units):
+        if current and rows + n > target_rows:
+            groups.append(current)
+            current, rows = [], 0
+        current.append(piece)
+        rows += n
+    if current:
+        groups.append(current)
+    return groups

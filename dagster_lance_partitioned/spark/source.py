@@ -8,11 +8,20 @@ Read options: ``version`` (time travel), ``storageOptions`` (JSON) or ``storage.
 ``filter`` (SQL or JSON ``[[column, op, value], ...]``), ``columns`` (read only these;
 Spark 4.3's Python data sources get no column pruning from ``select``, so this option, or a
 user-specified schema naming a subset of the columns, is how a read is narrowed),
-``batchSize``, ``rowsPerPartition``, ``splitFragments``.
+``batchSize``, ``rowsPerPartition`` (default 1,048,576: small partition tables share a Spark
+input partition, large ones are split by fragments), ``splitFragments``, ``pushFilters``.
+
+Spark 4.3 caveat (fixed upstream for 5.0 by SPARK-58551): Spark keeps the pushdown result of
+the last query *with* pushable filters on the data source object of a loaded DataFrame, and a
+later query on the same DataFrame that pushes no filter at all (no ``where``, or only
+``OR``-ed / function predicates) reuses it, reading only the partitions of that earlier
+query. Load the DataFrame again (or use ``read_dataframe``) for each differently filtered
+query, or set option ``pushFilters=false`` on a DataFrame reused that way (then only the
+``filter`` option prunes).
 
 Write options: ``partitionBy`` (only to create a missing namespace), ``partitionOverwriteMode``
 (``dynamic`` replaces only the partitions present in the data), ``storageOptions`` /
-``storage.<key>``."""
+``storage.<key>``, ``commitProperties`` (JSON)."""
 
 from __future__ import annotations
 
@@ -89,6 +98,7 @@ class LancePartitionedDataSource(DataSource):
             batch_rows=opt.batch_rows(self.options),
             partition_rows=opt.partition_rows(self.options),
             split_fragments=opt.split_fragments(self.options),
+            push_filters=opt.push_filters(self.options),
         )
         return LancePartitionedReader(read, schema)
 
