@@ -441,3 +441,12 @@ def test_range_and_list_builders_prune(tmp_path):
     assert sorted(ns.to_table("c = 'FR' AND d >= DATE '2019-01-01'")["id"].to_pylist()) == [
         i for i in range(24) if c[i] == "FR" and d[i] >= dt.date(2019, 1, 1)
     ]
+
+
+def test_tuple_filter_with_zone_aware_datetime_on_a_zoned_column(tmp_path):
+    t = hours_table("America/New_York")
+    ns = PartitionedNamespace.create(tmp_path / "z", t.schema, [PartitionField.day("ts")])
+    ns.write(t)
+    lo = dt.datetime(2025, 12, 10, 15, tzinfo=UTC)
+    got = sorted(ns.to_table([("ts", ">=", lo)])["id"].to_pylist())
+    assert got == [r["id"] for r in t.to_pylist() if r["ts"] >= lo]

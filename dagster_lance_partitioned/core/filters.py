@@ -32,6 +32,9 @@ def _sql_literal(value: Any) -> str:
     if isinstance(value, int | float | decimal.Decimal):
         return repr(value) if not isinstance(value, decimal.Decimal) else str(value)
     if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            # a string DataFusion casts to the column's type: the instant survives any zone
+            return "'" + value.isoformat() + "'"
         return f"TIMESTAMP '{value.isoformat()}'"
     if isinstance(value, dt.date):
         return f"DATE '{value.isoformat()}'"
