@@ -21,6 +21,7 @@ from .filters import FilterError
 from .namespace import PartitionedNamespace
 from .planning import ScanPlan, ScanTask
 from .spec import PartitionField, PartitionSpec, SpecField
+from .windows import TimeWindow
 from .writer import PartitionWrite, WriteResult
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "SchemaMismatchError",
     "SpecError",
     "SpecField",
+    "TimeWindow",
     "UnknownTransformError",
     "WriteError",
     "WriteResult",

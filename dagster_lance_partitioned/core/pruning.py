@@ -39,6 +39,7 @@ from .predicates import (
 )
 from .spec import PartitionSpec, SpecField, source_names, source_types
 from .transforms import Day, Hour, Identity, Month, Transform, Year
+from .windows import parse_window
 
 _CHAIN = ("year", "month", "day", "hour")
 _MAX_COMBINATIONS = 1024
@@ -200,6 +201,11 @@ class SpecProjector:
         if isinstance(leaf, IsNull) and not leaf.negated:
             return _values_pred(col, f.evaluate([None]))
         if isinstance(leaf, Cmp) and leaf.op in ("<", "<=", ">", ">="):
+            window = parse_window(f.spec_field.sql(f.types), f.types[0])
+            if window is not None and window.monotone(f.types[0]):
+                # a window start never decreases as the source grows: bounds map through it
+                bound = f.evaluate([leaf.value])[0]
+                return TRUE if bound is None else Cmp(col, leaf.op[0] + "=", bound)
             if f.case is None:
                 f.case = _CaseShape.parse(f.spec_field.sql(f.types), f.types[0])
             if f.case.valid:

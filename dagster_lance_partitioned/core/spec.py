@@ -7,7 +7,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -25,6 +25,9 @@ from .transforms import (
     Year,
     transform_from_json,
 )
+
+if TYPE_CHECKING:
+    from .windows import TimeWindow
 
 PARTITION_COLUMN_PREFIX = "partition_field_"
 SPEC_KEY_PREFIX = "partition_spec_v"
@@ -229,6 +232,23 @@ class PartitionField:
     ) -> PartitionField:
         """Partition by a DataFusion SQL expression over ``col0, col1, ...`` (= ``columns``)."""
         return cls(tuple(columns), None, sql, result_type, field_id)
+
+    @classmethod
+    def window(
+        cls,
+        column: str,
+        window: TimeWindow,
+        source_type: pa.DataType,
+        field_id: str | None = None,
+    ) -> PartitionField:
+        """Partition by the start of the calendar window (``core.windows``) holding ``column``
+        (of type ``source_type``); field id default ``<column>_<unit>``."""
+        return cls.expression(
+            [column],
+            window.expression(source_type),
+            result_type=window.result_type(source_type),
+            field_id=field_id or re.sub(r"\W", "_", column) + "_" + window.unit,
+        )
 
     @classmethod
     def range(

@@ -1,0 +1,160 @@
+"""Calendar time windows (hourly, daily, weekly, monthly, in any time zone, with offsets) as
+partition *expressions*: each row's partition value is the start of the window holding it.
+
+Values: for daily, weekly and monthly windows the local calendar date the window starts on
+(``date32``); for hourly windows on a zoned timestamp the start instant (``timestamp[us, tz]``,
+so the repeated hour of a DST fall-back is two partitions); for hourly windows on a naive
+timestamp the local wall-clock start (``timestamp[us]``). Naive timestamps and dates are read
+as wall-clock time in the window's zone.
+
+The expressions are plain DataFusion SQL (``to_local_time``, ``date_bin``, ``date_trunc``), so
+any reader evaluates them; :func:`parse_window` recognises exactly the SQL :meth:`expression`
+produces, which lets pruning map ranges on the source column through the window."""
+
+from __future__ import annotations
+
+import functools
+import re
+import zoneinfo
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from .errors import SpecError
+
+UNITS = ("hour", "day", "week", "month")
+_FIRST_SUNDAY = 4  # 1970-01-04 was a Sunday: weekly bins are aligned on it
+_BIN = {"hour": "1 hour", "day": "1 day", "week": "7 days"}
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """A calendar cadence: windows of one ``unit`` in ``timezone``, starting at the given offsets
+    (``day_offset``: weekday for weeks, 0 = Sunday; day of the month for months, default 1)."""
+
+    unit: str
+    timezone: str = "UTC"
+    minute_offset: int = 0
+    hour_offset: int = 0
+    day_offset: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise SpecError(f"time window unit must be one of {UNITS}, got {self.unit!r}")
+        try:
+            zoneinfo.ZoneInfo(self.timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise SpecError(f"unknown time zone {self.timezone!r}") from None
+        if not 0 <= self.minute_offset < 60:
+            raise SpecError(f"minute_offset must be in 0..59, got {self.minute_offset}")
+        if not 0 <= self.hour_offset < 24 or (self.unit == "hour" and self.hour_offset):
+            raise SpecError(f"hour_offset {self.hour_offset} does not fit {self.unit}ly windows")
+        if self.day_offset is None:  # normalised, so equal windows compare equal
+            object.__setattr__(self, "day_offset", 1 if self.unit == "month" else 0)
+        day = self.day
+        if (self.unit == "week" and not 0 <= day <= 6) or (
+            self.unit == "month" and not 1 <= day <= 28
+        ):
+            raise SpecError(f"day_offset {day} does not fit {self.unit}ly windows")
+        if self.unit in ("hour", "day") and day != 0:
+            raise SpecError(f"day_offset does not apply to {self.unit}ly windows")
+
+    @property
+    def day(self) -> int:
+        """The day offset (0 for hours, days and default weeks; 1 for default months)."""
+        assert self.day_offset is not None
+        return self.day_offset
+
+    # -- the partition expression -------------------------------------------------------------
+    def result_type(self, source: pa.DataType) -> pa.DataType:
+        """The partition value type for a source column of type ``source``."""
+        _check_source(source, self.unit)
+        if self.unit != "hour":
+            return pa.date32()
+        if pa.types.is_timestamp(source) and source.tz is not None:
+            return pa.timestamp("us", tz=self.timezone)
+        return pa.timestamp("us")
+
+    def expression(self, source: pa.DataType) -> str:
+        """DataFusion SQL over ``col0`` (of type ``source``) giving the window start value."""
+        _check_source(source, self.unit)
+        zoned = pa.types.is_timestamp(source) and source.tz is not None
+        at_zone = f"arrow_cast(col0, 'Timestamp(Microsecond, Some(\"{self.timezone}\"))')"
+        naive = "arrow_cast(col0, 'Timestamp(Microsecond, None)')"
+        local = f"to_local_time({at_zone})" if zoned else naive
+        if self.unit == "month":
+            d, h, m = self.day - 1, self.hour_offset, self.minute_offset
+            shift = f"INTERVAL '{d} days {h} hours {m} minutes'"
+            start = f"date_trunc('month', {local} - {shift}) + {shift}"
+        else:
+            day = 1 + (_FIRST_SUNDAY - 1 + self.day if self.unit == "week" else 0)
+            origin = f"1970-01-{day:02d} {self.hour_offset:02d}:{self.minute_offset:02d}:00"
+            start = f"date_bin(INTERVAL '{_BIN[self.unit]}', {local}, TIMESTAMP '{origin}')"
+        if self.unit != "hour":
+            return f"CAST({start} AS DATE)"
+        if zoned:  # the instant: step back from the row by the wall time elapsed in its hour
+            return f"{at_zone} - ({local} - {start})"
+        return start
+
+    def monotone(self, source: pa.DataType) -> bool:
+        """Whether the window start never decreases as the source value grows (then a range on
+        the source maps to a range of partition values)."""
+        zoned = pa.types.is_timestamp(source) and source.tz is not None
+        if not zoned or self.unit == "hour" or _fixed_offset(self.timezone):
+            return True
+        # local wall time runs backwards at a DST fall-back; windows starting at midnight never
+        # straddle one, windows starting in the small hours might
+        return self.hour_offset == 0 and self.minute_offset == 0
+
+
+def _check_source(source: pa.DataType, unit: str) -> None:
+    if pa.types.is_date(source):
+        if unit == "hour":
+            raise SpecError(f"hourly windows need a timestamp column, not {source}")
+        return
+    if not pa.types.is_timestamp(source):
+        raise SpecError(f"time windows need a date or timestamp column, not {source}")
+
+
+def _fixed_offset(timezone: str) -> bool:
+    return timezone.upper() in ("UTC", "Z", "ETC/UTC", "GMT") or bool(
+        re.fullmatch(r"[+-]\d\d:\d\d", timezone)
+    )
+
+
+_ZONE = r"arrow_cast\(col0, 'Timestamp\(Microsecond, Some\(\"(?P<tz>[^\"]+)\"\)\)'\)"
+_BIN_RE = re.compile(
+    r"date_bin\(INTERVAL '(?P<bin>1 hour|1 day|7 days)', .*?, "
+    r"TIMESTAMP '1970-01-(?P<d>\d\d) (?P<h>\d\d):(?P<m>\d\d):00'\)"
+)
+_MONTH_RE = re.compile(r"INTERVAL '(?P<d>\d+) days (?P<h>\d+) hours (?P<m>\d+) minutes'")
+
+
+@functools.lru_cache(maxsize=256)
+def parse_window(sql: str, source: pa.DataType) -> TimeWindow | None:
+    """The window whose :meth:`TimeWindow.expression` over ``source`` is exactly ``sql`` (for a
+    naive or date source the zone is not part of the SQL and reads as UTC)."""
+    zone = re.search(_ZONE, sql)
+    timezone = zone.group("tz") if zone else "UTC"
+    try:
+        if (m := _BIN_RE.search(sql)) is not None:
+            unit = {"1 hour": "hour", "1 day": "day", "7 days": "week"}[m.group("bin")]
+            day = int(m.group("d")) - _FIRST_SUNDAY if unit == "week" else None
+        elif (m := _MONTH_RE.search(sql)) is not None:
+            unit, day = "month", int(m.group("d")) + 1
+        else:
+            return None
+        window = TimeWindow(unit, timezone, int(m.group("m")), int(m.group("h")), day)
+        return window if window.expression(source) == sql else None
+    except SpecError:
+        return None
+
+
+def window_values(window: TimeWindow, source: pa.DataType, starts: list[Any]) -> list[Any]:
+    """Partition values of windows given by their starts (values of the source type)."""
+    from .expressions import CompiledExpression, coerce_result
+
+    compiled = CompiledExpression(window.expression(source), [source], label=window.unit)
+    result = compiled.evaluate([pa.array(starts, type=source)])
+    return coerce_result(result, window.result_type(source), window.unit).to_pylist()
