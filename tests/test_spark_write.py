@@ -21,10 +21,9 @@ from dagster_lance_partitioned import (
     WriteError,
 )
 from dagster_lance_partitioned.core.errors import NamespaceNotFoundError
+from dagster_lance_partitioned.core.partition_by import PartitionByError, parse_partition_by
 from dagster_lance_partitioned.core.transforms import Bucket, Identity, Year
 from dagster_lance_partitioned.spark import FORMAT, write_dataframe
-from dagster_lance_partitioned.spark.options import SparkOptionError
-from dagster_lance_partitioned.spark.partition_by import parse_partition_by
 
 FIELDS = [PartitionField.identity("country"), PartitionField.identity("event_date")]
 
@@ -273,5 +272,5 @@ def test_parse_partition_by_forms():
         ' "field_id": "event_day"}, "hour(ts)"]'
     )
     assert expr[0].field_id == "event_day" and expr[0].result_type == pa.date32()
-    with pytest.raises(SparkOptionError, match="cannot read"):
+    with pytest.raises(PartitionByError, match="cannot read"):
         parse_partition_by("median(x)")

@@ -25,6 +25,7 @@ from .writer import (
     WRITE_MODES,
     PartitionWriter,
     WriteResult,
+    _data_bytes,
     _Pending,
 )
 
@@ -207,6 +208,7 @@ class StagedWrite:
         merged = writer._pending
 
         def commit_table(pending: _Pending) -> None:
+            pending.bytes_written = _data_bytes(pending.fragments)
             pending.version = writer._commit_table(
                 pending, pending.existing, replace=writer._replaces(pending)
             )

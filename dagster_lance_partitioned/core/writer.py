@@ -71,6 +71,7 @@ class PartitionWrite:
     read_version: int
     created: bool
     replaced: bool
+    bytes_written: int = 0  # size of the data files this write added to the table
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,11 @@ class WriteResult:
     def rows_written(self) -> int:
         """Rows written across all partitions."""
         return sum(p.rows for p in self.partitions)
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes of data files written across all partitions."""
+        return sum(p.bytes_written for p in self.partitions)
 
     @property
     def read_versions(self) -> dict[str, int]:
@@ -111,6 +117,7 @@ class _Pending:
     # an existing table, that table's data storage version
     layout: pa.Schema | None = None
     storage_version: str | None = None
+    bytes_written: int = 0
 
     @property
     def object_id(self) -> str:
@@ -481,6 +488,7 @@ class PartitionWriter:
         self._buffered -= pending.buffered_bytes
         pending.batches.clear()
         pending.buffered_bytes = 0
+        pending.bytes_written = _data_bytes(frag.metadata for frag in ds.get_fragments())
         return ds.version
 
     def _detached_base(self, uri: str, base: int) -> int:
@@ -510,6 +518,7 @@ class PartitionWriter:
                 pending.version = self._create_table(pending)
                 return
             self._flush(pending)
+            pending.bytes_written = _data_bytes(pending.fragments)
             pending.version = self._commit_table(
                 pending, pending.existing, replace=self._replaces(pending)
             )
@@ -659,6 +668,7 @@ class PartitionWriter:
             version,
             created=False,
             replaced=self._replaces(pending),
+            bytes_written=pending.bytes_written,
         )
 
     def _register_new(
@@ -702,6 +712,7 @@ class PartitionWriter:
             version,
             created=True,
             replaced=self._replaces(pending),
+            bytes_written=pending.bytes_written,
         )
 
     def _our_rows(self, pending: _Pending, shape: pa.Schema) -> pa.Table:
@@ -796,6 +807,11 @@ class PartitionWriter:
         edit.deletes.update(removed)
         self._delete_empty_namespaces(snap, edit)
         return removed
+
+
+def _data_bytes(fragments: Iterable[FragmentMetadata]) -> int:
+    """Total size of the data files of ``fragments`` (0 where Lance did not record one)."""
+    return sum(f.file_size_bytes or 0 for frag in fragments for f in frag.files)
 
 
 def _dropped(base: ManifestSnapshot) -> set[str]:

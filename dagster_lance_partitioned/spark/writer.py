@@ -31,10 +31,10 @@ from pyspark.sql.types import StructType
 
 from ..core.errors import NamespaceNotFoundError, WriteError
 from ..core.namespace import PartitionedNamespace
+from ..core.partition_by import parse_partition_by
 from ..core.staged import StagedWrite, StageResult
 from ..core.writer import WriteResult
 from . import options as opt
-from .partition_by import parse_partition_by
 from .types import arrow_schema
 
 RESULT_PATH_OPTION = "writeResultPath"  # internal: where commit() leaves the WriteResult

@@ -1,4 +1,5 @@
-"""Option ``partitionBy``: the partition fields of a namespace created by a Spark write.
+"""``partition_by`` in text form: the partition fields of a namespace created by a Spark write
+(option ``partitionBy``) or by the Dagster IO manager (metadata ``lance/partition_by``).
 
 Simple form: comma-separated fields, each a column (identity) or ``transform(column[, arg])``::
 
@@ -21,9 +22,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.arrow_json import type_from_json
-from ..core.spec import PartitionField
-from .options import SparkOptionError
+from .arrow_json import type_from_json
+from .errors import SpecError
+from .spec import PartitionField
+
+
+class PartitionByError(SpecError, ValueError):
+    """A ``partition_by`` text or list is malformed; names the field at fault."""
+
 
 _CALL = re.compile(r"^\s*([A-Za-z_]+)\s*\((.*)\)\s*$", re.S)
 _ONE_COLUMN = {
@@ -40,18 +46,18 @@ def parse_partition_by(raw: str | Sequence[Any]) -> list[PartitionField]:
     if isinstance(raw, str):
         text = raw.strip()
         if not text:
-            raise SparkOptionError("option 'partitionBy' is empty")
+            raise PartitionByError("partition_by is empty")
         if text.startswith("["):
             try:
                 items = json.loads(text)
             except ValueError as e:
-                raise SparkOptionError(f"option 'partitionBy' is not a JSON list: {e}") from None
+                raise PartitionByError(f"partition_by is not a JSON list: {e}") from None
         else:
             items = _split_top_level(text)
     else:
         items = list(raw)
     if not items:
-        raise SparkOptionError("option 'partitionBy' names no partition field")
+        raise PartitionByError("partition_by names no partition field")
     return [_field(item) for item in items]
 
 
@@ -78,7 +84,7 @@ def _field(item: Any) -> PartitionField:
         return _simple(item)
     if isinstance(item, dict):
         return _object(item)
-    raise SparkOptionError(f"partitionBy: cannot read partition field {item!r}")
+    raise PartitionByError(f"partitionBy: cannot read partition field {item!r}")
 
 
 def _simple(text: str) -> PartitionField:
@@ -86,7 +92,7 @@ def _simple(text: str) -> PartitionField:
     if m is None:
         name = text.strip().strip("`")
         if not name:
-            raise SparkOptionError(f"partitionBy: empty partition field in {text!r}")
+            raise PartitionByError(f"partitionBy: empty partition field in {text!r}")
         return PartitionField.identity(name)
     transform, args = m.group(1).lower(), [a.strip().strip("`") for a in m.group(2).split(",")]
     if transform in _ONE_COLUMN and len(args) == 1:
@@ -97,7 +103,7 @@ def _simple(text: str) -> PartitionField:
         return PartitionField.truncate(args[0], _int(args[1], text))
     if transform == "multi_bucket" and len(args) >= 3:
         return PartitionField.multi_bucket(args[:-1], _int(args[-1], text))
-    raise SparkOptionError(
+    raise PartitionByError(
         f"partitionBy: cannot read {text!r} (use column, identity(c), year(c), month(c), day(c), "
         "hour(c), bucket(c, n), multi_bucket(c1, c2, ..., n) or truncate(c, w))"
     )
@@ -107,7 +113,7 @@ def _int(raw: str, text: str) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise SparkOptionError(f"partitionBy: {raw!r} in {text!r} is not an integer") from None
+        raise PartitionByError(f"partitionBy: {raw!r} in {text!r} is not an integer") from None
 
 
 def _object(obj: dict[str, Any]) -> PartitionField:
@@ -116,7 +122,7 @@ def _object(obj: dict[str, Any]) -> PartitionField:
         columns = obj.get("columns") or obj.get("source_columns")
         rtype = obj.get("result_type")
         if not columns or rtype is None or not field_id:
-            raise SparkOptionError(
+            raise PartitionByError(
                 f"partitionBy: expression field {obj!r} needs columns, result_type and field_id"
             )
         result_type = type_from_json(rtype if isinstance(rtype, dict) else {"type": rtype})
@@ -138,5 +144,5 @@ def _object(obj: dict[str, Any]) -> PartitionField:
                 list(columns), int(obj["num_buckets"]), field_id=field_id
             )
     except (KeyError, TypeError, ValueError) as e:
-        raise SparkOptionError(f"partitionBy: malformed field {obj!r}: {e}") from None
-    raise SparkOptionError(f"partitionBy: cannot read partition field {obj!r}")
+        raise PartitionByError(f"partitionBy: malformed field {obj!r}: {e}") from None
+    raise PartitionByError(f"partitionBy: cannot read partition field {obj!r}")
