@@ -15,6 +15,7 @@ from .errors import (
     SchemaMismatchError,
     SpecError,
     UnknownTransformError,
+    UnnamedPartitionError,
     WriteError,
 )
 from .filters import FilterError
@@ -48,6 +49,7 @@ __all__ = [
     "SpecField",
     "TimeWindow",
     "UnknownTransformError",
+    "UnnamedPartitionError",
     "WriteError",
     "WriteResult",
 ]

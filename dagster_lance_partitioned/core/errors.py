@@ -76,3 +76,13 @@ class PartitionReadError(PartitionedNamespaceError):
 
 class WriteError(PartitionedNamespaceError):
     """A write was refused before anything became visible."""
+
+
+class UnnamedPartitionError(WriteError):
+    """A row belongs to a partition the write was not allowed to touch (``partitions=``);
+    ``values`` are that partition's values (field id -> value), ``sample`` one such row."""
+
+    def __init__(self, message: str, values: dict, sample: dict) -> None:
+        super().__init__(message)
+        self.values = values
+        self.sample = sample

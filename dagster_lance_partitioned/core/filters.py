@@ -24,7 +24,9 @@ class FilterError(PartitionedNamespaceError):
     """A filter does not parse, or names a column the namespace does not have."""
 
 
-def _sql_literal(value: Any) -> str:
+def sql_literal(value: Any) -> str:
+    """``value`` as a DataFusion SQL literal (zoned datetimes as ISO strings, cast by the
+    column they are compared with)."""
     if value is None:
         return "NULL"
     if isinstance(value, bool):
@@ -64,13 +66,13 @@ def to_sql(filter: FilterLike) -> str | None:
             raise FilterError(f"unknown filter operator {op!r} for column {col!r}")
         ident = quote_ident(col)
         if op_l in ("in", "not in"):
-            values = ", ".join(_sql_literal(v) for v in value)
+            values = ", ".join(sql_literal(v) for v in value)
             parts.append(f"{ident} {op_l.upper()} ({values})")
         elif op_l in ("is null", "is not null"):
             parts.append(f"{ident} {op_l.upper()}")
         else:
             sql_op = {"==": "=", "<>": "!="}.get(op_l, op_l)
-            parts.append(f"{ident} {sql_op} {_sql_literal(value)}")
+            parts.append(f"{ident} {sql_op} {sql_literal(value)}")
     return " AND ".join(parts) if parts else None
 
 

@@ -27,7 +27,7 @@ from .conform import (
     same_layout,
     table_write_schema,
 )
-from .errors import CommitConflictError, SchemaError, WriteError
+from .errors import CommitConflictError, SchemaError, UnnamedPartitionError, WriteError
 from .evolution import dropped_names, full_schema
 from .hive import fill_constants, identity_constants
 from .manifest import (
@@ -246,10 +246,12 @@ class PartitionWriter:
         if self.allowed is not None and key not in self.allowed:
             values = dict(zip((f.field_id for f in self.spec.fields), key, strict=True))
             sample = part.materialize().slice(0, 1).to_pylist()[0]
-            raise WriteError(
+            raise UnnamedPartitionError(
                 f"a row belongs to partition {values}, which this write may not touch "
                 f"(it names {len(self.allowed)} partition(s)); nothing was committed. "
-                f"Sample row: {sample}"
+                f"Sample row: {sample}",
+                values,
+                sample,
             )
         pending = self._pending.get(key)
         if pending is None:

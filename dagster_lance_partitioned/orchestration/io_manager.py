@@ -1,0 +1,378 @@
+"""``LancePartitionedIOManager``: Dagster assets stored as Lance partitioned namespaces, one per
+asset at ``<root>/<asset key path>``. A run's partitions (one key, a range or any set) are
+written and committed in one manifest commit; inputs load exactly their mapped partitions."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+from pydantic import Field
+
+from ..core.errors import (
+    NamespaceNotFoundError,
+    PartitionedNamespaceError,
+    SchemaError,
+    UnnamedPartitionError,
+    WriteError,
+)
+from ..core.evolution import is_widening
+from ..core.namespace import PartitionedNamespace
+from ..core.partition_by import parse_partition_by
+from ..core.spec import PartitionField, resolve_fields
+from ..core.writer import WRITE_MODES, WriteResult
+from .handlers import ReadRequest, TypeHandler, handler_for_object, handler_for_type
+from .layout import Layout, PartitionLayoutError
+
+PARTITION_BY = "lance/partition_by"
+WRITE_MODE = "lance/write_mode"
+SPEC_UPDATE_MODE = "lance/partition_spec_update_mode"
+SCHEMA_UPDATE_MODE = "lance/schema_update_mode"
+VERSION = "lance/version"
+MANIFEST_VERSION = "lance/manifest_version"
+COMMIT_SOURCE = "dagster-lance-partitioned/io-manager"  # the dlp.source of our commits
+UPDATE_MODES = ("update", "error")
+
+
+class PartitionKeyMismatchError(WriteError):
+    """An asset's output holds a row of a partition the run does not target."""
+
+
+class EvolutionRefusedError(SchemaError):
+    """The partitions definition or the schema changed and the asset's metadata says ``error``."""
+
+
+class LancePartitionedIOManager(dg.ConfigurableIOManager):
+    """Stores assets as Lance partitioned namespaces at ``<root>/<asset key path>``.
+
+    Outputs and inputs may be Spark DataFrames, pyarrow Tables / RecordBatchReaders or pandas
+    DataFrames (chosen by the object, and for inputs by the type annotation). Partitioned assets
+    need metadata ``partition_expr`` (a column, or ``{dimension: column}``); unpartitioned ones
+    ``lance/partition_by``. Each run replaces exactly its partitions in one manifest commit."""
+
+    root: str = Field(description="Where the namespaces live: a local path or an object store URI.")
+    storage_options: dict[str, str] | None = Field(
+        default=None, description="Object store options (credentials, endpoint, region)."
+    )
+    write_mode: str = Field(
+        default="overwrite_partitions",
+        description="Default write mode of unpartitioned assets stored with lance/partition_by: "
+        "overwrite_partitions, append or overwrite (metadata lance/write_mode overrides it).",
+    )
+    partition_spec_update_mode: str = Field(
+        default="update",
+        description="When the partitions definition changed: 'update' adds a spec version, "
+        "'error' fails the run (metadata lance/partition_spec_update_mode overrides it).",
+    )
+    schema_update_mode: str = Field(
+        default="update",
+        description="When the output gained columns or widened types: 'update' evolves the "
+        "namespace schema, 'error' fails the run (metadata lance/schema_update_mode).",
+    )
+    pin_upstream_version: bool = Field(
+        default=True,
+        description="Load inputs at the manifest version recorded by the upstream "
+        "materialization (reproducible reads) instead of the latest.",
+    )
+
+    # -- locations ----------------------------------------------------------------------------
+    def uri_for(self, asset_key: dg.AssetKey) -> str:
+        """The namespace URI of ``asset_key``."""
+        root = self.root.rstrip("/")
+        if "://" not in root:
+            root = os.path.abspath(root)
+        return "/".join([root, *asset_key.path])
+
+    # -- output -------------------------------------------------------------------------------
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        if obj is None:
+            return
+        asset_key = context.asset_key
+        asset = asset_key.to_user_string()
+        meta = dict(context.definition_metadata or {})
+        handler = handler_for_object(obj, asset)
+        schema = handler.schema(obj)
+        uri = self.uri_for(asset_key)
+
+        layout: Layout | None = None
+        keys: list[str] | None = None
+        if context.has_asset_partitions:
+            layout = Layout.of(asset, context.asset_partitions_def, meta.get("partition_expr"))
+            keys = list(context.asset_partition_keys)
+            mode = "overwrite_partitions"
+        else:
+            mode = str(meta.get(WRITE_MODE, self.write_mode))
+            if mode not in WRITE_MODES:
+                raise WriteError(
+                    f"asset {asset}: {WRITE_MODE} {mode!r} is not one of {', '.join(WRITE_MODES)}"
+                )
+
+        ns = self._open_or_create(uri, asset, schema, layout, meta)
+        self._evolve_schema(ns, asset, schema, meta)
+        spec_changed = self._evolve_spec(ns, asset, layout, meta)
+        partitions = None
+        if layout is not None and keys is not None:
+            field_ids = [f.field_id for f in ns.current_spec.fields]
+            partitions = layout.partitions(keys, ns.schema, field_ids)
+        props = {
+            "dlp.source": COMMIT_SOURCE,
+            "dagster.run_id": context.run_id,
+            "dagster.asset_key": asset,
+        }
+        if keys is not None:
+            props["dagster.partition_keys"] = json.dumps(keys)
+        context.log.info(
+            f"writing {asset} into {uri} ({mode}"
+            + (f", {len(keys)} partition key(s)" if keys is not None else "")
+            + f", spec v{ns.current_spec.spec_id})"
+        )
+        try:
+            result = handler.write(obj, ns, mode, partitions, props)
+        except UnnamedPartitionError as e:
+            raise self._stray_row(layout, keys, ns, e.values.values(), e.sample) from e
+        except WriteError as e:
+            if layout is not None and keys is not None and "may not touch" in str(e):
+                sample = handler.sample_outside(obj, layout.row_filter(keys, ns.schema))
+                raise self._stray_row(layout, keys, ns, None, sample) from e
+            raise
+        ns.refresh()
+        context.add_output_metadata(
+            self._output_metadata(ns, asset, uri, result, keys, layout, handler, spec_changed)
+        )
+
+    def _open_or_create(
+        self,
+        uri: str,
+        asset: str,
+        schema: pa.Schema,
+        layout: Layout | None,
+        meta: Mapping[str, Any],
+    ) -> PartitionedNamespace:
+        try:
+            return PartitionedNamespace.open(uri, self.storage_options)
+        except NamespaceNotFoundError:
+            pass
+        return PartitionedNamespace.create(
+            uri, schema, self._fields(asset, schema, layout, meta), self.storage_options
+        )
+
+    def _fields(
+        self, asset: str, schema: pa.Schema, layout: Layout | None, meta: Mapping[str, Any]
+    ) -> list[PartitionField]:
+        if layout is not None:
+            return layout.fields(schema)
+        raw = meta.get(PARTITION_BY)
+        if raw is None:
+            raise PartitionLayoutError(
+                f"asset {asset} has no partitions definition: give metadata {PARTITION_BY} "
+                "(e.g. ['country', 'year(event_date)']) to store it partitioned by its data"
+            )
+        return parse_partition_by(raw if isinstance(raw, str) else list(raw))
+
+    def _evolve_schema(
+        self, ns: PartitionedNamespace, asset: str, schema: pa.Schema, meta: Mapping[str, Any]
+    ) -> None:
+        """Adopt added columns and widened types of the output into the namespace schema."""
+        current = ns.schema
+        added = [f.with_nullable(True) for f in schema if current.get_field_index(f.name) < 0]
+        widened = [
+            (f.name, f.type)
+            for f in schema
+            if current.get_field_index(f.name) >= 0
+            and current.field(f.name).type != f.type
+            and is_widening(current.field(f.name).type, f.type)
+        ]
+        if not added and not widened:
+            return
+        what = [f"new column {f.name!r} ({f.type})" for f in added] + [
+            f"column {n!r} widened {current.field(n).type} -> {t}" for n, t in widened
+        ]
+        if _mode(meta, SCHEMA_UPDATE_MODE, self.schema_update_mode) == "error":
+            raise EvolutionRefusedError(
+                f"asset {asset}: the output schema changed ({'; '.join(what)}) and "
+                f"{SCHEMA_UPDATE_MODE} is 'error'; nothing was written"
+            )
+        if added:
+            ns.add_columns(added)
+        for name, typ in widened:
+            ns.promote_column(name, typ)
+
+    def _evolve_spec(
+        self,
+        ns: PartitionedNamespace,
+        asset: str,
+        layout: Layout | None,
+        meta: Mapping[str, Any],
+    ) -> bool:
+        """Add a spec version when the partitions definition changed; True if one was added."""
+        if layout is None and PARTITION_BY not in meta:
+            return False
+        fields = self._fields(asset, ns.schema, layout, meta)
+        wanted = resolve_fields(fields, ns.schema_with_ids, ns.specs)
+        if wanted == ns.current_spec.fields:
+            return False
+        if _mode(meta, SPEC_UPDATE_MODE, self.partition_spec_update_mode) == "error":
+            have = ", ".join(f.field_id for f in ns.current_spec.fields)
+            want = ", ".join(f.field_id for f in wanted)
+            raise EvolutionRefusedError(
+                f"asset {asset}: its partitioning changed (spec v{ns.current_spec.spec_id}: "
+                f"{have}; now: {want}) and {SPEC_UPDATE_MODE} is 'error'; nothing was written"
+            )
+        ns.update_spec(fields)
+        return True
+
+    def _stray_row(
+        self,
+        layout: Layout | None,
+        keys: Sequence[str] | None,
+        ns: PartitionedNamespace,
+        values: Any,
+        sample: dict[str, Any] | None,
+    ) -> PartitionKeyMismatchError:
+        key = "?"
+        if layout is not None and values is not None:
+            key = layout.key_of(list(values))
+        elif layout is not None and sample is not None:
+            key = layout.key_of_row(sample, ns.schema)
+        shown = list(keys or [])[:5]
+        more = f" and {len(keys) - 5} more" if keys and len(keys) > 5 else ""
+        return PartitionKeyMismatchError(
+            f"asset {layout.asset if layout else '?'}: the output holds rows of partition key "
+            f"{key!r}, which this run does not target (it targets {shown}{more}); nothing "
+            f"was committed. Sample row: {sample}"
+        )
+
+    def _output_metadata(
+        self,
+        ns: PartitionedNamespace,
+        asset: str,
+        uri: str,
+        result: WriteResult | None,
+        keys: Sequence[str] | None,
+        layout: Layout | None,
+        handler: TypeHandler,
+        spec_changed: bool,
+    ) -> dict[str, Any]:
+        rows = result.rows_written if result else 0
+        meta: dict[str, Any] = {
+            "dagster/uri": dg.MetadataValue.path(uri),
+            "dagster/table_name": asset,
+            "dagster/column_schema": column_schema(ns.schema),
+            MANIFEST_VERSION: ns.version,
+            "lance/spec_version": ns.current_spec.spec_id,
+            "lance/spec_updated": spec_changed,
+            "lance/partitions_written": len(result.partitions) if result else 0,
+            "lance/bytes_written": result.bytes_written if result else 0,
+            "lance/read_versions": dg.MetadataValue.json(result.read_versions if result else {}),
+            "lance/engine": handler.engine or "arrow",
+        }
+        if keys is None:
+            meta["dagster/row_count"] = rows
+        elif len(keys) == 1:
+            meta["dagster/partition_row_count"] = rows
+        else:  # one event per key carries this metadata: give every key its own count
+            meta["lance/rows_written"] = rows
+            if layout is not None and result is not None:
+                counts = dict.fromkeys(keys, 0)
+                for p in result.partitions:
+                    key = layout.key_of(list(p.values.values()))
+                    counts[key] = counts.get(key, 0) + p.rows
+                meta["lance/partition_row_counts"] = dg.MetadataValue.json(counts)
+        if result is not None and result.removed:
+            meta["lance/partitions_removed"] = len(result.removed)
+        return meta
+
+    # -- input --------------------------------------------------------------------------------
+    def load_input(self, context: dg.InputContext) -> Any:
+        upstream = context.upstream_output
+        asset_key = context.asset_key
+        asset = asset_key.to_user_string()
+        meta = dict(context.definition_metadata or {})
+        upstream_meta = dict(upstream.definition_metadata or {}) if upstream else {}
+        handler = handler_for_type(context.dagster_type.typing_type, asset)
+        uri = self.uri_for(asset_key)
+        version = meta.get(VERSION)
+        keys: list[str] | None = None
+        if context.has_asset_partitions:
+            keys = list(context.asset_partition_keys)
+        if version is None and self.pin_upstream_version:
+            version = self._recorded_version(context, asset_key, keys)
+        try:
+            ns = PartitionedNamespace.open(
+                uri, self.storage_options, int(version) if version is not None else None
+            )
+        except PartitionedNamespaceError as e:
+            raise type(e)(f"cannot load asset {asset} from {uri}: {e}") from e
+        filters: list[str] = []
+        if keys is not None and context.asset_partitions_def is not None:
+            layout = Layout.of(
+                asset, context.asset_partitions_def, upstream_meta.get("partition_expr")
+            )
+            filters.append(layout.row_filter(keys, ns.schema))
+        if meta.get("filter"):
+            filters.append(f"({meta['filter']})")
+        columns = meta.get("columns")
+        request = ReadRequest(
+            uri,
+            " AND ".join(filters) or None,
+            list(columns) if columns is not None else None,
+            ns.version,
+            self.storage_options,
+        )
+        plan = ns.plan_scan(request.filter)
+        context.log.info(
+            f"loading {asset} from {uri} at manifest version {ns.version}: "
+            f"{len(plan.tasks)} of {plan.total_partitions} partition tables"
+            + (f" for {len(keys)} partition key(s)" if keys is not None else "")
+        )
+        return handler.read(request)
+
+    def _recorded_version(
+        self, context: dg.InputContext, asset_key: dg.AssetKey, keys: list[str] | None
+    ) -> int | None:
+        """The newest manifest version recorded by materializations of the partitions loaded."""
+        instance = context.instance if _has_instance(context) else None
+        if instance is None:
+            return None
+        records_filter = dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=keys)
+        limit = min(len(keys), 1000) if keys else 1
+        records = instance.fetch_materializations(records_filter, limit=limit).records
+        versions = []
+        for r in records:
+            mat = r.asset_materialization
+            value = mat.metadata.get(MANIFEST_VERSION) if mat is not None else None
+            if value is not None:
+                versions.append(int(value.value))
+        return max(versions) if versions else None
+
+
+def _has_instance(context: dg.InputContext) -> bool:
+    try:
+        return context.instance is not None
+    except Exception:  # a context built without an instance (direct IO manager calls)
+        return False
+
+
+def _mode(meta: Mapping[str, Any], key: str, default: str) -> str:
+    mode = str(meta.get(key, default))
+    if mode not in UPDATE_MODES:
+        raise ValueError(f"{key} must be one of {UPDATE_MODES}, got {mode!r}")
+    return mode
+
+
+def column_schema(schema: pa.Schema) -> dg.TableSchema:
+    """The namespace schema as Dagster column metadata."""
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                f.name,
+                str(f.type),
+                constraints=dg.TableColumnConstraints(nullable=f.nullable),
+            )
+            for f in schema
+        ]
+    )
