@@ -172,8 +172,9 @@ class SparkHandler(TypeHandler):
         return arrow_schema(obj.schema)
 
     def write(self, obj, ns, mode, partitions, commit_properties):  # type: ignore[no-untyped-def]
-        from ..spark import write_dataframe
+        from ..spark import register, write_dataframe
 
+        register(obj.sparkSession)  # idempotent; the session may not know the format yet
         result = write_dataframe(
             obj,
             ns.uri,

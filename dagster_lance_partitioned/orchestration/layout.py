@@ -41,7 +41,8 @@ def time_window(pdef: dg.TimeWindowPartitionsDefinition) -> TimeWindow:
             "cadence; Lance partitions need one of those"
         )
     day = pdef.day_offset if unit in ("week", "month") else 0
-    return TimeWindow(unit, pdef.timezone or "UTC", pdef.minute_offset, pdef.hour_offset, day)
+    hour = pdef.hour_offset if unit != "hour" else 0  # Dagster refuses to ask hourly ones
+    return TimeWindow(unit, pdef.timezone or "UTC", pdef.minute_offset, hour, day)
 
 
 @dataclass(frozen=True)

