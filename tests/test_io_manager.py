@@ -42,6 +42,9 @@ ORIGINS = dg.StaticPartitionsDefinition(["EWR", "JFK", "LGA"])
 DATE_X_ORIGIN = dg.MultiPartitionsDefinition({"date": DAILY, "origin": ORIGINS})
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 
+# backfill policies and MultiToSingleDimensionPartitionMapping are beta in Dagster 1.13
+pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning")
+
 
 # -- data ------------------------------------------------------------------------------------------
 @functools.cache
