@@ -299,14 +299,22 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         keys: list[str] | None = None
         if context.has_asset_partitions:
             keys = list(context.asset_partition_keys)
+        recorded = None
         if version is None and self.pin_upstream_version:
-            version = self._recorded_version(context, asset_key, keys)
+            recorded = self._recorded_version(context, asset_key, keys)
         try:
-            ns = PartitionedNamespace.open(
-                uri, self.storage_options, int(version) if version is not None else None
-            )
+            ns = PartitionedNamespace.open(uri, self.storage_options)
         except PartitionedNamespaceError as e:
             raise type(e)(f"cannot load asset {asset} from {uri}: {e}") from e
+        if version is not None:
+            ns = self._at_version(ns, asset, int(version))
+        elif recorded is not None and recorded <= ns.version:
+            ns = self._at_version(ns, asset, recorded)
+        elif recorded is not None:  # the namespace was re-created since that materialization
+            context.log.warning(
+                f"{asset}: the upstream materialization recorded manifest version {recorded}, "
+                f"but {uri} is at version {ns.version} (re-created?); loading the latest"
+            )
         filters: list[str] = []
         if keys is not None and context.asset_partitions_def is not None:
             layout = Layout.of(
@@ -330,6 +338,17 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             + (f" for {len(keys)} partition key(s)" if keys is not None else "")
         )
         return handler.read(request)
+
+    def _at_version(
+        self, ns: PartitionedNamespace, asset: str, version: int
+    ) -> PartitionedNamespace:
+        try:
+            return PartitionedNamespace.open(ns.uri, self.storage_options, version)
+        except Exception as e:
+            raise PartitionedNamespaceError(
+                f"cannot load asset {asset} at manifest version {version} of {ns.uri} "
+                f"(latest is {ns.version}): {e}"
+            ) from e
 
     def _recorded_version(
         self, context: dg.InputContext, asset_key: dg.AssetKey, keys: list[str] | None
