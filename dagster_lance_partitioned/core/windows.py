@@ -13,6 +13,7 @@ produces, which lets pruning map ranges on the source column through the window.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import re
 import zoneinfo
@@ -106,6 +107,37 @@ class TimeWindow:
         # local wall time runs backwards at a DST fall-back; windows starting at midnight never
         # straddle one, windows starting in the small hours might
         return self.hour_offset == 0 and self.minute_offset == 0
+
+    def nests_in(self, other: TimeWindow) -> bool:
+        """Whether every window of ``self`` lies wholly inside one window of ``other`` (so a
+        partition of ``self`` belongs to exactly one partition of ``other``)."""
+        order = {u: i for i, u in enumerate(UNITS)}
+        if self.timezone != other.timezone or order[self.unit] > order[other.unit]:
+            return False
+        if self == other:
+            return True
+        if self.unit == "week" and other.unit == "month":
+            return False  # weeks straddle months
+        if self.minute_offset != other.minute_offset:
+            return False
+        if self.unit == "hour":
+            return True
+        if self.hour_offset != other.hour_offset:
+            return False
+        return self.unit == "day" or self.day_offset == other.day_offset
+
+    def start_value(self, value: Any, source: pa.DataType) -> Any:
+        """The start of the window whose partition value is ``value``, as a value of the
+        source type (so another window's expression can be evaluated on it)."""
+        if isinstance(value, dt.datetime):  # hourly: the start itself (zoned or wall clock)
+            return value
+        zone = dt.UTC if _fixed_offset(self.timezone) else zoneinfo.ZoneInfo(self.timezone)
+        start = dt.datetime.combine(value, dt.time(self.hour_offset, self.minute_offset))
+        if pa.types.is_date(source):
+            return value if start.time() == dt.time(0) else value + dt.timedelta(days=1)
+        if pa.types.is_timestamp(source) and source.tz is None:
+            return start
+        return start.replace(tzinfo=zone)
 
 
 def _check_source(source: pa.DataType, unit: str) -> None:

@@ -771,19 +771,17 @@ class PartitionWriter:
 
     def _deregister_covered(self, snap: ManifestSnapshot, edit: ManifestEdit) -> list[str]:
         """For ``overwrite_partitions``: partitions of older spec versions that lie wholly inside
-        a replaced partition (their spec has every field of the current one, with the same
-        values) are deregistered in the same commit; others are kept."""
+        a replaced partition (see :func:`covering_keys`) are deregistered in the same commit;
+        others are kept."""
         replaced = set(self._pending)
-        wanted = [f.field_id for f in self.spec.fields]
         removed = []
         for spec_id, spec in snap.specs.items():
-            ids = [f.field_id for f in spec.fields]
-            if spec_id == self.spec.spec_id or not set(wanted) <= set(ids):
+            if spec_id == self.spec.spec_id:
                 continue
-            positions = [ids.index(fid) for fid in wanted]
-            for t in snap.tables():
-                if t.spec_id == spec_id and tuple(t.values[i] for i in positions) in replaced:
-                    removed.append(t.object_id)
+            tables = [t for t in snap.tables() if t.spec_id == spec_id]
+            keys = covering_keys(self.spec, spec, self.schema, [t.values for t in tables])
+            if keys is not None:
+                removed += [t.object_id for t, k in zip(tables, keys, strict=True) if k in replaced]
         if removed:
             edit.deletes.update(removed)
             self._delete_empty_namespaces(snap, edit)
@@ -809,6 +807,40 @@ class PartitionWriter:
         edit.deletes.update(removed)
         self._delete_empty_namespaces(snap, edit)
         return removed
+
+
+def covering_keys(
+    spec: PartitionSpec, old: PartitionSpec, schema: pa.Schema, rows: list[tuple[Any, ...]]
+) -> list[tuple[Any, ...]] | None:
+    """For partitions of ``old`` (their values), the key of the partition of ``spec`` each lies
+    wholly inside; None when ``old`` partitions need not nest in ``spec`` partitions. A field
+    nests when ``old`` has it with the same id, or has a finer time window of the same source
+    that nests in it (daily inside monthly)."""
+    from .pruning import known_transform
+    from .spec import source_types
+    from .windows import parse_window, window_values
+
+    old_ids = [f.field_id for f in old.fields]
+    columns: list[list[Any]] = []
+    for f in spec.fields:
+        if f.field_id in old_ids:
+            i = old_ids.index(f.field_id)
+            columns.append([r[i] for r in rows])
+            continue
+        types = source_types(f, schema)
+        if len(types) != 1 or (window := parse_window(f.sql(types), types[0])) is None:
+            return None
+        for i, g in enumerate(old.fields):
+            inner = None
+            if g.source_ids == f.source_ids and known_transform(g) is None:
+                inner = parse_window(g.sql(types), types[0])
+            if inner is not None and inner.nests_in(window):
+                starts = [None if r[i] is None else inner.start_value(r[i], types[0]) for r in rows]
+                columns.append(window_values(window, types[0], starts) if rows else [])
+                break
+        else:
+            return None
+    return list(zip(*columns, strict=True)) if rows else []
 
 
 def _data_bytes(fragments: Iterable[FragmentMetadata]) -> int:

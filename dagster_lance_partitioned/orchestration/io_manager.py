@@ -111,9 +111,31 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
                     f"asset {asset}: {WRITE_MODE} {mode!r} is not one of {', '.join(WRITE_MODES)}"
                 )
 
-        ns = self._open_or_create(uri, asset, schema, layout, meta)
-        self._evolve_schema(ns, asset, schema, meta)
-        spec_changed = self._evolve_spec(ns, asset, layout, meta)
+        # everything that would change the namespace before the data commit is checked first,
+        # so a refused run leaves it exactly as it was
+        ns = self._open(uri)
+        fields = self._fields(
+            asset, schema if ns is None else self._target(ns, schema), layout, meta
+        )
+        added, widened = ([], []) if ns is None else self._schema_changes(ns, schema)
+        spec_changed = ns is not None and not self._same_spec(ns, fields)
+        if ns is not None:
+            self._refuse(asset, meta, ns, added, widened, spec_changed, fields)
+        if (ns is None or added or widened or spec_changed) and layout and keys is not None:
+            if isinstance(obj, pa.RecordBatchReader):  # read twice: check, then write
+                obj = obj.read_all()
+                handler = handler_for_object(obj, asset)
+            sample = handler.sample_outside(obj, layout.row_filter(keys, schema))
+            if sample is not None:
+                raise self._stray_row(layout, keys, schema, None, sample)
+        if ns is None:
+            ns = PartitionedNamespace.create(uri, schema, fields, self.storage_options)
+        if added:
+            ns.add_columns(added)
+        for name, typ in widened:
+            ns.promote_column(name, typ)
+        if spec_changed:
+            ns.update_spec(fields)
         partitions = None
         if layout is not None and keys is not None:
             field_ids = [f.field_id for f in ns.current_spec.fields]
@@ -133,32 +155,22 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         try:
             result = handler.write(obj, ns, mode, partitions, props)
         except UnnamedPartitionError as e:
-            raise self._stray_row(layout, keys, ns, e.values.values(), e.sample) from e
+            raise self._stray_row(layout, keys, ns.schema, e.values.values(), e.sample) from e
         except WriteError as e:
             if layout is not None and keys is not None and "may not touch" in str(e):
                 sample = handler.sample_outside(obj, layout.row_filter(keys, ns.schema))
-                raise self._stray_row(layout, keys, ns, None, sample) from e
+                raise self._stray_row(layout, keys, ns.schema, None, sample) from e
             raise
         ns.refresh()
         context.add_output_metadata(
             self._output_metadata(ns, asset, uri, result, keys, layout, handler, spec_changed)
         )
 
-    def _open_or_create(
-        self,
-        uri: str,
-        asset: str,
-        schema: pa.Schema,
-        layout: Layout | None,
-        meta: Mapping[str, Any],
-    ) -> PartitionedNamespace:
+    def _open(self, uri: str) -> PartitionedNamespace | None:
         try:
             return PartitionedNamespace.open(uri, self.storage_options)
         except NamespaceNotFoundError:
-            pass
-        return PartitionedNamespace.create(
-            uri, schema, self._fields(asset, schema, layout, meta), self.storage_options
-        )
+            return None
 
     def _fields(
         self, asset: str, schema: pa.Schema, layout: Layout | None, meta: Mapping[str, Any]
@@ -173,10 +185,11 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             )
         return parse_partition_by(raw if isinstance(raw, str) else list(raw))
 
-    def _evolve_schema(
-        self, ns: PartitionedNamespace, asset: str, schema: pa.Schema, meta: Mapping[str, Any]
-    ) -> None:
-        """Adopt added columns and widened types of the output into the namespace schema."""
+    @staticmethod
+    def _schema_changes(
+        ns: PartitionedNamespace, schema: pa.Schema
+    ) -> tuple[list[pa.Field], list[tuple[str, pa.DataType]]]:
+        """Columns the output adds to the namespace schema, and types it widens."""
         current = ns.schema
         added = [f.with_nullable(True) for f in schema if current.get_field_index(f.name) < 0]
         widened = [
@@ -186,50 +199,65 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             and current.field(f.name).type != f.type
             and is_widening(current.field(f.name).type, f.type)
         ]
-        if not added and not widened:
-            return
-        what = [f"new column {f.name!r} ({f.type})" for f in added] + [
-            f"column {n!r} widened {current.field(n).type} -> {t}" for n, t in widened
-        ]
-        if _mode(meta, SCHEMA_UPDATE_MODE, self.schema_update_mode) == "error":
+        return added, widened
+
+    @staticmethod
+    def _target(ns: PartitionedNamespace, schema: pa.Schema) -> pa.Schema:
+        """The namespace schema after adopting the output's added columns and widened types."""
+        target = ns.schema
+        for f in schema:
+            i = target.get_field_index(f.name)
+            if i < 0:
+                target = target.append(f.with_nullable(True))
+            elif is_widening(target.field(i).type, f.type):
+                target = target.set(i, target.field(i).with_type(f.type))
+        return target
+
+    @staticmethod
+    def _same_spec(ns: PartitionedNamespace, fields: list[PartitionField]) -> bool:
+        """Whether ``fields`` are the current spec's fields."""
+        names = set(ns.schema.names)
+        if any(c not in names for f in fields for c in f.source_columns):
+            return False  # partitioned by a column the namespace does not have yet
+        return resolve_fields(fields, ns.schema_with_ids, ns.specs) == ns.current_spec.fields
+
+    def _refuse(
+        self,
+        asset: str,
+        meta: Mapping[str, Any],
+        ns: PartitionedNamespace,
+        added: list[pa.Field],
+        widened: list[tuple[str, pa.DataType]],
+        spec_changed: bool,
+        fields: list[PartitionField],
+    ) -> None:
+        """Raise when a change the output implies is not allowed by the update modes."""
+        if (added or widened) and _mode(
+            meta, SCHEMA_UPDATE_MODE, self.schema_update_mode
+        ) == "error":
+            what = [f"new column {f.name!r} ({f.type})" for f in added] + [
+                f"column {n!r} widened {ns.schema.field(n).type} -> {t}" for n, t in widened
+            ]
             raise EvolutionRefusedError(
                 f"asset {asset}: the output schema changed ({'; '.join(what)}) and "
                 f"{SCHEMA_UPDATE_MODE} is 'error'; nothing was written"
             )
-        if added:
-            ns.add_columns(added)
-        for name, typ in widened:
-            ns.promote_column(name, typ)
-
-    def _evolve_spec(
-        self,
-        ns: PartitionedNamespace,
-        asset: str,
-        layout: Layout | None,
-        meta: Mapping[str, Any],
-    ) -> bool:
-        """Add a spec version when the partitions definition changed; True if one was added."""
-        if layout is None and PARTITION_BY not in meta:
-            return False
-        fields = self._fields(asset, ns.schema, layout, meta)
-        wanted = resolve_fields(fields, ns.schema_with_ids, ns.specs)
-        if wanted == ns.current_spec.fields:
-            return False
-        if _mode(meta, SPEC_UPDATE_MODE, self.partition_spec_update_mode) == "error":
+        if (
+            spec_changed
+            and _mode(meta, SPEC_UPDATE_MODE, self.partition_spec_update_mode) == "error"
+        ):
             have = ", ".join(f.field_id for f in ns.current_spec.fields)
-            want = ", ".join(f.field_id for f in wanted)
+            want = ", ".join(f.default_field_id() for f in fields)
             raise EvolutionRefusedError(
                 f"asset {asset}: its partitioning changed (spec v{ns.current_spec.spec_id}: "
                 f"{have}; now: {want}) and {SPEC_UPDATE_MODE} is 'error'; nothing was written"
             )
-        ns.update_spec(fields)
-        return True
 
     def _stray_row(
         self,
         layout: Layout | None,
         keys: Sequence[str] | None,
-        ns: PartitionedNamespace,
+        schema: pa.Schema,
         values: Any,
         sample: dict[str, Any] | None,
     ) -> PartitionKeyMismatchError:
@@ -237,7 +265,7 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         if layout is not None and values is not None:
             key = layout.key_of(list(values))
         elif layout is not None and sample is not None:
-            key = layout.key_of_row(sample, ns.schema)
+            key = layout.key_of_row(sample, schema)
         shown = list(keys or [])[:5]
         more = f" and {len(keys) - 5} more" if keys and len(keys) > 5 else ""
         return PartitionKeyMismatchError(
