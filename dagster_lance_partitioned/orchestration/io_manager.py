@@ -113,29 +113,34 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
 
         # everything that would change the namespace before the data commit is checked first,
         # so a refused run leaves it exactly as it was
-        ns = self._open(uri)
-        fields = self._fields(
-            asset, schema if ns is None else self._target(ns, schema), layout, meta
-        )
-        added, widened = ([], []) if ns is None else self._schema_changes(ns, schema)
-        spec_changed = ns is not None and not self._same_spec(ns, fields)
-        if ns is not None:
-            self._refuse(asset, meta, ns, added, widened, spec_changed, fields)
-        if (ns is None or added or widened or spec_changed) and layout and keys is not None:
+        checked = False
+
+        def check_rows() -> None:
+            nonlocal obj, handler, checked
+            if checked or layout is None or keys is None:
+                return
             if isinstance(obj, pa.RecordBatchReader):  # read twice: check, then write
                 obj = obj.read_all()
                 handler = handler_for_object(obj, asset)
             sample = handler.sample_outside(obj, layout.row_filter(keys, schema))
             if sample is not None:
                 raise self._stray_row(layout, keys, schema, None, sample)
+            checked = True
+
+        ns = self._open(uri)
+        spec_changed = False
         if ns is None:
-            ns = PartitionedNamespace.create(uri, schema, fields, self.storage_options)
-        if added:
-            ns.add_columns(added)
-        for name, typ in widened:
-            ns.promote_column(name, typ)
-        if spec_changed:
-            ns.update_spec(fields)
+            fields = self._fields(asset, schema, layout, meta)
+            check_rows()
+            try:
+                ns = PartitionedNamespace.create(uri, schema, fields, self.storage_options)
+            except PartitionedNamespaceError:
+                ns = self._open(uri)  # a concurrent run created it first: evolve that one
+                if ns is None:
+                    raise
+                spec_changed = self._evolve(ns, asset, schema, layout, meta, check_rows)
+        else:
+            spec_changed = self._evolve(ns, asset, schema, layout, meta, check_rows)
         partitions = None
         if layout is not None and keys is not None:
             field_ids = [f.field_id for f in ns.current_spec.fields]
@@ -184,6 +189,32 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
                 "(e.g. ['country', 'year(event_date)']) to store it partitioned by its data"
             )
         return parse_partition_by(raw if isinstance(raw, str) else list(raw))
+
+    def _evolve(
+        self,
+        ns: PartitionedNamespace,
+        asset: str,
+        schema: pa.Schema,
+        layout: Layout | None,
+        meta: Mapping[str, Any],
+        check_rows: Any,
+    ) -> bool:
+        """Adopt the output's added columns and widened types and a changed partitioning, after
+        checking the update modes and (``check_rows``) that every row is a targeted key; True
+        when a spec version was added."""
+        fields = self._fields(asset, self._target(ns, schema), layout, meta)
+        added, widened = self._schema_changes(ns, schema)
+        spec_changed = not self._same_spec(ns, fields)
+        self._refuse(asset, meta, ns, added, widened, spec_changed, fields)
+        if added or widened or spec_changed:
+            check_rows()
+        if added:
+            ns.add_columns(added)
+        for name, typ in widened:
+            ns.promote_column(name, typ)
+        if spec_changed:
+            ns.update_spec(fields)
+        return spec_changed
 
     @staticmethod
     def _schema_changes(
