@@ -245,6 +245,8 @@ def _step(value: Any, t: pa.DataType, direction: int) -> Any:
     if pa.types.is_integer(t) and isinstance(value, int) and not isinstance(value, bool):
         return value + direction
     if pa.types.is_timestamp(t) and isinstance(value, dt.datetime):
+        if value.tzinfo is not None:  # exact time, not wall-clock arithmetic across DST
+            value = value.astimezone(dt.UTC)
         return value + direction * dt.timedelta(microseconds=1)
     if pa.types.is_date(t) and isinstance(value, dt.date):
         return value + direction * dt.timedelta(days=1)

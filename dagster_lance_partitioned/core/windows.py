@@ -60,6 +60,28 @@ class TimeWindow:
             raise SpecError(f"day_offset {day} does not fit {self.unit}ly windows")
         if self.unit in ("hour", "day") and day != 0:
             raise SpecError(f"day_offset does not apply to {self.unit}ly windows")
+        self._check_zone()
+
+    def _check_zone(self) -> None:
+        """Refuse windows the zone's clock changes make ambiguous: hourly windows where a DST
+        shift is not a whole hour, and longer windows starting at a wall time the zone skips or
+        repeats (their rows could not be told apart from the neighbouring window's)."""
+        if _fixed_offset(self.timezone):
+            return
+        zone = zoneinfo.ZoneInfo(self.timezone)
+        for day, shift in _transitions(self.timezone):
+            if self.unit == "hour" and shift % dt.timedelta(hours=1):
+                raise SpecError(
+                    f"hourly windows in {self.timezone}: its clocks shift by "
+                    f"{shift.total_seconds() / 60:+.0f} minutes around {day}, not a whole hour"
+                )
+            if self.unit != "hour" and (self.hour_offset, self.minute_offset) != (0, 0):
+                t = dt.datetime.combine(day, dt.time(self.hour_offset, self.minute_offset), zone)
+                if t.utcoffset() != t.replace(fold=1).utcoffset():
+                    raise SpecError(
+                        f"{self.unit}ly windows starting at {t:%H:%M} in {self.timezone}: that "
+                        f"wall time is skipped or repeated on {day}; choose another offset"
+                    )
 
     @property
     def day(self) -> int:
@@ -74,7 +96,7 @@ class TimeWindow:
         if self.unit != "hour":
             return pa.date32()
         if pa.types.is_timestamp(source) and source.tz is not None:
-            return pa.timestamp("us", tz=self.timezone)
+            return pa.timestamp("us", tz="UTC")  # an instant: the fall-back hour is two values
         return pa.timestamp("us")
 
     def expression(self, source: pa.DataType) -> str:
@@ -95,7 +117,13 @@ class TimeWindow:
         if self.unit != "hour":
             return f"CAST({start} AS DATE)"
         if zoned:  # the instant: step back from the row by the wall time elapsed in its hour
-            return f"{at_zone} - ({local} - {start})"
+            instant = f"{at_zone} - ({local} - {start})"
+            return f"arrow_cast({instant}, 'Timestamp(Microsecond, Some(\"UTC\"))')"
+        if self.minute_offset and not _fixed_offset(self.timezone):
+            raise SpecError(
+                f"hourly windows at minute {self.minute_offset} in {self.timezone} need a zoned "
+                "timestamp column: wall-clock times cannot place rows around DST changes"
+            )
         return start
 
     def monotone(self, source: pa.DataType) -> bool:
@@ -138,6 +166,24 @@ class TimeWindow:
         if pa.types.is_timestamp(source) and source.tz is None:
             return start
         return start.replace(tzinfo=zone)
+
+
+@functools.lru_cache(maxsize=64)
+def _transitions(timezone: str) -> tuple[tuple[dt.date, dt.timedelta], ...]:
+    """The days (1990-2050) on which ``timezone``'s UTC offset changes, with the change."""
+    zone = zoneinfo.ZoneInfo(timezone)
+    out = []
+    day = dt.date(1990, 1, 1)
+    before = dt.datetime.combine(day, dt.time(12), zone).utcoffset()
+    while day < dt.date(2050, 1, 1):
+        day += dt.timedelta(days=1)
+        offset = dt.datetime.combine(day, dt.time(12), zone).utcoffset()
+        if offset != before and offset is not None and before is not None:
+            # the change happened since yesterday's noon: today's small hours, or yesterday's
+            out.append((day, offset - before))
+            out.append((day - dt.timedelta(days=1), offset - before))
+        before = offset
+    return tuple(out)
 
 
 def _check_source(source: pa.DataType, unit: str) -> None:

@@ -13,7 +13,7 @@ import dagster as dg
 import pyarrow as pa
 from dagster._core.definitions.partitions.schedule_type import ScheduleType
 
-from ..core.errors import PartitionedNamespaceError
+from ..core.errors import PartitionedNamespaceError, SpecError
 from ..core.filters import quote_ident, sql_literal
 from ..core.spec import PartitionField
 from ..core.windows import TimeWindow, window_values
@@ -33,7 +33,8 @@ class PartitionLayoutError(PartitionedNamespaceError, ValueError):
 
 
 def time_window(pdef: dg.TimeWindowPartitionsDefinition) -> TimeWindow:
-    """The calendar cadence of a time-window partitions definition."""
+    """The calendar cadence of a time-window partitions definition (PartitionLayoutError for
+    cron schedules that are not one, or windows the zone's DST changes make ambiguous)."""
     unit = _UNITS.get(pdef.schedule_type) if pdef.schedule_type is not None else None
     if unit is None:
         raise PartitionLayoutError(
@@ -42,7 +43,10 @@ def time_window(pdef: dg.TimeWindowPartitionsDefinition) -> TimeWindow:
         )
     day = pdef.day_offset if unit in ("week", "month") else 0
     hour = pdef.hour_offset if unit != "hour" else 0  # Dagster refuses to ask hourly ones
-    return TimeWindow(unit, pdef.timezone or "UTC", pdef.minute_offset, hour, day)
+    try:
+        return TimeWindow(unit, pdef.timezone or "UTC", pdef.minute_offset, hour, day)
+    except SpecError as e:
+        raise PartitionLayoutError(f"{pdef}: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -118,15 +122,15 @@ class Dimension:
         window = self.window
         if window is None or value is None:
             return str(value)
-        assert isinstance(self.partitions_def, dg.TimeWindowPartitionsDefinition)
-        tz = _zone(window.timezone)
-        if isinstance(value, dt.datetime):
-            instant = value if value.tzinfo else value.replace(tzinfo=tz)
-        else:
-            instant = dt.datetime.combine(
-                value, dt.time(window.hour_offset, window.minute_offset), tz
-            )
-        return self.partitions_def.get_partition_key_for_timestamp(instant.timestamp())
+        pdef = self.partitions_def
+        assert isinstance(pdef, dg.TimeWindowPartitionsDefinition)
+        if isinstance(value, dt.datetime):  # hourly: the start instant (or wall clock)
+            instant = value if value.tzinfo else value.replace(tzinfo=_zone(window.timezone))
+            return pdef.get_partition_key_for_timestamp(instant.timestamp())
+        # longer windows start on this date at the offset: the key is that start, formatted
+        return dt.datetime.combine(
+            value, dt.time(window.hour_offset, window.minute_offset)
+        ).strftime(pdef.fmt)
 
     # -- keys -> rows -------------------------------------------------------------------------
     def row_filter(self, keys: Sequence[str], schema: pa.Schema, asset: str) -> str:
