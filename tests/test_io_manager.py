@@ -344,6 +344,7 @@ def test_one_daily_key_writes_exactly_that_days_partition_with_its_metadata(tmp_
     # the data commit says which run and keys made it
     props = ManifestStore(ns.uri).commit_properties(ns.version)
     assert props is not None
+    assert props["source"] == "dagster-lance-partitioned/io-manager"  # stored as dlp.source
     assert props["dagster.run_id"] == result.run_id
     assert props["dagster.asset_key"] == "flights_daily"
     assert json.loads(props["dagster.partition_keys"]) == ["2013-01-05"]

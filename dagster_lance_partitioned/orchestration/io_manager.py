@@ -34,7 +34,7 @@ SPEC_UPDATE_MODE = "lance/partition_spec_update_mode"
 SCHEMA_UPDATE_MODE = "lance/schema_update_mode"
 VERSION = "lance/version"
 MANIFEST_VERSION = "lance/manifest_version"
-COMMIT_SOURCE = "dagster-lance-partitioned/io-manager"  # the dlp.source of our commits
+COMMIT_SOURCE = "dagster-lance-partitioned/io-manager"  # commit property dlp.source
 UPDATE_MODES = ("update", "error")
 
 
@@ -146,7 +146,7 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             field_ids = [f.field_id for f in ns.current_spec.fields]
             partitions = layout.partitions(keys, ns.schema, field_ids)
         props = {
-            "dlp.source": COMMIT_SOURCE,
+            "source": COMMIT_SOURCE,  # stored as dlp.source (core prefixes its properties)
             "dagster.run_id": context.run_id,
             "dagster.asset_key": asset,
         }
