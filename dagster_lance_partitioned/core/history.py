@@ -1,0 +1,86 @@
+"""The commit history of a partitioned namespace: for each ``__manifest`` version, who made it
+(its commit properties) and which partition tables it registered, moved or deregistered."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .manifest import ManifestStore
+from .namespace import PartitionedNamespace
+
+
+@dataclass(frozen=True)
+class TableChange:
+    """One partition table a commit changed."""
+
+    object_id: str
+    spec_id: int
+    values: dict[str, Any]
+    kind: str  # 'added' | 'updated' | 'removed'
+    read_version: int | None  # after the commit (None when removed)
+    previous_read_version: int | None  # before it (None when added)
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One ``__manifest`` version and what it changed."""
+
+    version: int
+    properties: dict[str, str] | None  # this package's commit properties (None: another tool)
+    changes: tuple[TableChange, ...]
+
+    @property
+    def operation(self) -> str | None:
+        """``write``, ``compact``, ... for commits of this package."""
+        return (self.properties or {}).get("operation")
+
+    @property
+    def source(self) -> str | None:
+        """Who wrote it, when the writer said (``dlp.source``), e.g. the Dagster IO manager."""
+        return (self.properties or {}).get("source")
+
+
+def _tables(ns: PartitionedNamespace) -> dict[str, dict[str, Any]]:
+    return {p["object_id"]: p for p in ns.partitions()}
+
+
+def commits(
+    uri: str | os.PathLike[str],
+    since: int,
+    until: int | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> Iterator[Commit]:
+    """The commits after manifest version ``since`` up to ``until`` (default: the latest),
+    oldest first. Metadata-only commits (a new spec version, schema evolution) have no changes."""
+    latest = PartitionedNamespace.open(uri, storage_options)
+    until = latest.version if until is None else until
+    store = ManifestStore(latest.uri, storage_options)
+    before = _tables(PartitionedNamespace.open(uri, storage_options, since))
+    for version in range(since + 1, until + 1):
+        after = _tables(PartitionedNamespace.open(uri, storage_options, version))
+        changes = [
+            TableChange(
+                oid,
+                p["spec_id"],
+                p["values"],
+                "added" if oid not in before else "updated",
+                p["read_version"],
+                before[oid]["read_version"] if oid in before else None,
+            )
+            for oid, p in after.items()
+            if oid not in before or _pin(before[oid]) != _pin(p)
+        ]
+        changes += [
+            TableChange(oid, p["spec_id"], p["values"], "removed", None, p["read_version"])
+            for oid, p in before.items()
+            if oid not in after
+        ]
+        yield Commit(version, store.commit_properties(version), tuple(changes))
+        before = after
+
+
+def _pin(p: dict[str, Any]) -> tuple[Any, ...]:
+    return (p["read_version"], p["read_branch"], p["read_tag"])

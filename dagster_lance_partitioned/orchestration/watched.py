@@ -1,0 +1,63 @@
+"""The namespaces a sensor or check watches: each asset's key, namespace URI and partition layout,
+as the IO manager stores it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+from ..core.errors import NamespaceNotFoundError
+from ..core.namespace import PartitionedNamespace
+from .io_manager import LancePartitionedIOManager
+from .layout import Layout
+
+
+@dataclass(frozen=True)
+class WatchedAsset:
+    """One asset stored by the IO manager."""
+
+    key: dg.AssetKey
+    uri: str
+    partitions_def: dg.PartitionsDefinition | None
+    layout: Layout | None
+    storage_options: dict[str, str] | None
+
+    def open(self, version: int | None = None) -> PartitionedNamespace | None:
+        """The namespace (None when nothing was written yet)."""
+        try:
+            return PartitionedNamespace.open(self.uri, self.storage_options, version)
+        except NamespaceNotFoundError:
+            return None
+
+    def key_of(self, ns: PartitionedNamespace, spec_id: int, values: dict[str, Any]) -> str | None:
+        """The Dagster partition key of a partition of the namespace; None for partitions of
+        older spec versions (another partitioning) and for unpartitioned assets."""
+        if self.layout is None or spec_id != ns.current_spec.spec_id:
+            return None
+        return self.layout.key_of(list(values.values()))
+
+
+def watched_assets(
+    assets: Sequence[dg.AssetsDefinition | dg.AssetSpec], io_manager: LancePartitionedIOManager
+) -> list[WatchedAsset]:
+    """The assets (every key of multi-assets) with their namespaces."""
+    out = []
+    for a in assets:
+        specs = list(a.specs) if isinstance(a, dg.AssetsDefinition) else [a]
+        for spec in specs:
+            pdef = spec.partitions_def
+            meta = dict(spec.metadata or {})
+            layout = (
+                Layout.of(spec.key.to_user_string(), pdef, meta.get("partition_expr"))
+                if (pdef is not None)
+                else None
+            )
+            out.append(
+                WatchedAsset(
+                    spec.key, io_manager.uri_for(spec.key), pdef, layout, io_manager.storage_options
+                )
+            )
+    return out
