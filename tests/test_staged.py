@@ -134,3 +134,35 @@ def test_staged_write_limited_to_named_partitions(ns):
             if r["country"] == "US" and str(r["event_date"]) == "2025-12-10"
         ]
     )
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["write", "staged"])
+def test_named_new_partition_without_rows_is_registered_empty(ns, staged):
+    """``overwrite_partitions`` of N named partitions leaves N partitions, also new ones."""
+    named = [
+        {"country": "US", "event_date": "2025-12-10"},
+        {"country": "JP", "event_date": "2025-12-10"},  # not in the namespace, gets no rows
+    ]
+    rows = sample_table(12).filter(
+        pa.compute.and_(
+            pa.compute.equal(sample_table(12)["country"], "US"),
+            pa.compute.equal(
+                sample_table(12)["event_date"], pa.scalar("2025-12-10").cast(pa.date32())
+            ),
+        )
+    )
+    before = len(ns.partitions())
+    if staged:
+        sw = StagedWrite.begin(ns, "overwrite_partitions", partitions=named)
+        result = sw.commit([sw.stage(rows.to_batches())])
+    else:
+        result = ns.write(rows, "overwrite_partitions", partitions=named)
+    ns.refresh()
+    jp = [p for p in ns.partitions() if p["values"]["country"] == "JP"]
+    assert len(jp) == 1 and len(ns.partitions()) == before + 1
+    assert ns.count_rows("country = 'JP'") == 0
+    assert ns.count_rows("country = 'US' AND event_date = DATE '2025-12-10'") == rows.num_rows
+    assert sorted((p.values["country"], p.rows, p.created) for p in result.partitions) == [
+        ("JP", 0, True),
+        ("US", rows.num_rows, False),
+    ]

@@ -208,6 +208,9 @@ class StagedWrite:
         merged = writer._pending
 
         def commit_table(pending: _Pending) -> None:
+            if pending.existing is None and not pending.fragments:  # a named, empty partition
+                pending.version = writer._create_table(pending)
+                return
             pending.bytes_written = _data_bytes(pending.fragments)
             pending.version = writer._commit_table(
                 pending, pending.existing, replace=writer._replaces(pending)

@@ -205,12 +205,12 @@ class PartitionWriter:
         return keys
 
     def empty_named_partitions(self) -> None:
-        """With ``overwrite_partitions``, named existing partitions that got no rows are
-        replaced by nothing (they become empty)."""
+        """With ``overwrite_partitions``, named partitions that got no rows become empty: an
+        existing one is replaced by nothing, a new one is registered as an empty table (so a
+        write of N named partitions always leaves N partitions)."""
         if self.allowed is not None and self.mode == "overwrite_partitions":
-            for key in self.allowed - set(self._pending):
-                if key in self._index:
-                    self._pending[key] = self._new_pending(key)
+            for key in sorted(self.allowed - set(self._pending), key=repr):
+                self._pending[key] = self._new_pending(key)
 
     def write(self, data: Any) -> WriteResult:
         """Write ``data`` and commit; nothing is visible unless this returns."""
