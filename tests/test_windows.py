@@ -200,8 +200,20 @@ def assert_key_of_inverts(pdef: dg.TimeWindowPartitionsDefinition, keys, values)
 
 
 # -- 1. keys <-> values --------------------------------------------------------------------------
-def _calendar_cases() -> list[Any]:
-    """Daily, weekly and monthly definitions in every zone, with offsets Dagster allows."""
+def ambiguous_wall_time(zone: str, hour: int, minute: int) -> bool:
+    """Whether ``hour:minute`` is skipped or repeated on some day of 2024 in ``zone``."""
+    tz = zone_of(zone)
+    for n in range(366):
+        t = dt.datetime.combine(dt.date(2024, 1, 1) + dt.timedelta(days=n), dt.time(hour, minute))
+        t = t.replace(tzinfo=tz)
+        if t.utcoffset() != t.replace(fold=1).utcoffset():
+            return True
+    return False
+
+
+def _calendar_shapes(*, refused: bool) -> list[Any]:
+    """Daily, weekly and monthly definitions in every zone, with offsets Dagster allows; those
+    starting at a wall time the zone skips or repeats (``refused``) kept apart."""
     cases = []
     for zone in ZONES:
         shapes = [
@@ -218,6 +230,20 @@ def _calendar_cases() -> list[Any]:
             ("month", 45, 23, 15, 366),
         ]
         for unit, minute, hour, day_offset, spread in shapes:
+            if ambiguous_wall_time(zone, hour, minute) != refused:
+                continue
+            if refused:
+                cases.append(
+                    pytest.param(
+                        unit,
+                        zone,
+                        minute,
+                        hour,
+                        day_offset,
+                        id=f"{unit}-{zone}-{hour:02d}:{minute:02d}",
+                    )
+                )
+                continue
             for source in (DATE, NAIVE, MS_UTC, US_NY):
                 cases.append(
                     pytest.param(
@@ -234,7 +260,8 @@ def _calendar_cases() -> list[Any]:
     return cases
 
 
-CALENDAR_CASES = _calendar_cases()
+CALENDAR_CASES = _calendar_shapes(refused=False)
+REFUSED_CALENDAR_CASES = _calendar_shapes(refused=True)
 
 
 @pytest.mark.parametrize(
@@ -260,19 +287,41 @@ def test_calendar_key_of_inverts_values(unit, zone, minute, hour, day_offset, sp
     assert_key_of_inverts(pdef, keys, checked_values(pdef, DATE, keys))
 
 
+@pytest.mark.parametrize(("unit", "zone", "minute", "hour", "day_offset"), REFUSED_CALENDAR_CASES)
+def test_calendar_windows_starting_at_an_ambiguous_wall_time_are_refused(
+    unit, zone, minute, hour, day_offset
+):
+    """A window starting inside a DST gap or fold has no single start instant on those days
+    (rows there could belong to either neighbouring window): the definition is refused."""
+    pdef = dagster_def(unit, zone, minute, hour, day_offset)
+    with pytest.raises(PartitionLayoutError, match=f"{hour:02d}:{minute:02d} in {zone}"):
+        time_window(pdef)
+    with pytest.raises(SpecError, match="skipped or repeated"):
+        TimeWindow(unit, zone, minute, hour, day_offset or None)
+
+
+def test_refused_calendar_cases_cover_gap_and_fold():
+    names = {p.id for p in REFUSED_CALENDAR_CASES}
+    assert "day-America/New_York-01:30" in names  # repeated on 2024-11-03
+    assert "day-America/New_York-02:30" in names  # skipped on 2024-03-10
+    assert "day-Australia/Lord_Howe-01:30" in names  # repeated (02:00 -> 01:30) on 2024-04-07
+    assert not any(zone in name for name in names for zone in ("UTC", KOLKATA))
+
+
 def _hourly_cases() -> list[Any]:
-    """Hourly definitions over DST days. Lord Howe only on a day without a DST change and with
-    minute_offset 0: Dagster's hourly windows there follow neither the wall clock nor the minute
-    offset (a definition starting 2024-06-15 with minute_offset 30 has key '2024-06-15-00:00'
-    for 00:00 .. 01:00); its DST days are checked further down."""
+    """Hourly definitions over DST days. Not Lord Howe, whose half-hour DST shifts make hourly
+    windows refused (see test_hourly_lord_howe_is_refused); naive columns with a minute offset
+    only in zones without DST (see test_naive_hourly_minute_offset_in_a_dst_zone_is_refused)."""
     cases = []
-    days = {**DST_DAYS, LORD_HOWE: ("2024-06-15",)}
+    days = {z: d for z, d in DST_DAYS.items() if z != LORD_HOWE}
     for zone, zone_days in days.items():
         for d in zone_days:
-            for minute in (0,) if zone == LORD_HOWE else (0, 30, 45):
+            for minute in (0, 30, 45):
                 for source in (NAIVE, MS_UTC, US_NY):
                     if source == NAIVE and (zone, d) == (NY, "2024-11-03"):
                         continue  # refused, see test_naive_hourly_refuses_the_repeated_hour
+                    if source == NAIVE and minute and zone == NY:
+                        continue  # refused, see below
                     cases.append(
                         pytest.param(zone, d, minute, source, id=f"{zone}-{d}-:{minute}-{source}")
                     )
@@ -302,32 +351,33 @@ def test_naive_hourly_refuses_the_repeated_hour():
     assert len(Dimension(None, "ts", pdef).values(ok, schema, "asset")) == len(ok)
 
 
-@pytest.mark.parametrize("local_day", DST_DAYS[LORD_HOWE])
-@pytest.mark.parametrize("source", ZONED, ids=str)
-def test_hourly_lord_howe_dst_matches_dagster_or_is_refused(local_day, source):
+@pytest.mark.parametrize("minute", [0, 30])
+def test_hourly_lord_howe_is_refused(minute):
     """Dagster steps hourly windows in absolute hours, so in Lord Howe (30-minute DST) its
     windows start at :30 after the 2024-04-07 fall-back ('2024-04-07-01:30+1030' is 15:00Z ..
-    16:00Z, then '2024-04-07-02:30', ...). A TimeWindow bins local wall-clock hours and cannot
-    hold those windows: ``time_window`` must refuse such a definition, or every key must still
-    map to one partition."""
-    pdef = dagster_def("hour", LORD_HOWE, start=local_day, end=day(local_day, 1))
+    16:00Z). Wall-clock hourly bins cannot hold those windows, so the definition is refused."""
+    pdef = dagster_def("hour", LORD_HOWE, minute, start="2024-04-07", end="2024-04-08")
+    starts = [pdef.time_window_for_partition_key(k).start for k in pdef.get_partition_keys()]
+    minutes = {s.astimezone(zone_of(LORD_HOWE)).minute for s in starts}
+    assert len(minutes) == 2  # Dagster's own windows drift by half an hour that day
+    with pytest.raises(PartitionLayoutError, match=r"Lord_Howe.*not a whole hour"):
+        time_window(pdef)
+
+
+def test_naive_hourly_minute_offset_in_a_dst_zone_is_refused():
+    """A wall clock cannot place rows in a window at :30 around a DST change in New York; the
+    same column without the offset, or in a zone without DST, is accepted."""
+    schema = pa.schema([("ts", NAIVE)])
+    pdef = dagster_def("hour", NY, 30, start="2024-06-01", end="2024-06-02")
     keys = pdef.get_partition_keys()
-    try:
-        window = time_window(pdef)
-    except PartitionLayoutError:
-        return
-    spans = [pdef.time_window_for_partition_key(k) for k in keys]
-    firsts = window_values(window, source, [w.start for w in spans])
-    lasts = window_values(window, source, [last_instant(w, source) for w in spans])
-    split = [
-        f"{k}: {norm(a):%H:%M}Z != {norm(b):%H:%M}Z"
-        for k, a, b in zip(keys, firsts, lasts, strict=True)
-        if norm(a) != norm(b)
-    ]
-    assert not split, (
-        f"time_window accepted hourly {LORD_HOWE} partitions, but these Dagster keys span two "
-        f"partition values (first vs last instant of the window): {split}"
-    )
+    with pytest.raises((PartitionLayoutError, SpecError), match="zoned timestamp column"):
+        Dimension(None, "ts", pdef).values(keys, schema, "asset")
+    for ok in (
+        dagster_def("hour", NY, 0, start="2024-06-01", end="2024-06-02"),
+        dagster_def("hour", KOLKATA, 30, start="2024-06-01", end="2024-06-02"),
+    ):
+        keys = ok.get_partition_keys()
+        assert len(set(Dimension(None, "ts", ok).values(keys, schema, "asset"))) == len(keys)
 
 
 # -- 2. pruning on a namespace -------------------------------------------------------------------
@@ -495,9 +545,9 @@ def test_equality_filters_prune_to_one_partition(pruned):
 WINDOWS = [
     TimeWindow("hour", NY),
     TimeWindow("hour", KOLKATA, minute_offset=30),
-    TimeWindow("hour", LORD_HOWE, minute_offset=45),
+    TimeWindow("hour", "UTC", minute_offset=45),
     TimeWindow("day"),
-    TimeWindow("day", NY, minute_offset=30, hour_offset=2),
+    TimeWindow("day", NY, minute_offset=30, hour_offset=4),
     TimeWindow("week", KOLKATA, day_offset=3),
     TimeWindow("week", LORD_HOWE, minute_offset=15, hour_offset=23, day_offset=6),
     TimeWindow("month", NY),
@@ -635,7 +685,11 @@ def cadences(draw) -> tuple[str, str, int, int, int]:
 @example(micros(dt.datetime(2024, 4, 6, 15, 10, tzinfo=UTC)), ("day", LORD_HOWE, 0, 0, 0), US_NY)
 def test_value_of_an_instant_is_the_value_of_its_dagster_window(offset, cadence, source):
     unit, zone, minute, hour, day_offset = cadence
-    window = TimeWindow(unit, zone, minute, hour, day_offset)
+    try:
+        window = TimeWindow(unit, zone, minute, hour, day_offset)
+    except SpecError:
+        # refused: a start at a wall time the zone skips or repeats (tested above)
+        window = TimeWindow(unit, zone, 0, 0, day_offset)
     if not window.monotone(source):
         # Windows are binned on the local wall clock, which runs backwards at a DST fall-back.
         # A window starting in the small hours can start inside the repeated wall-clock time:

@@ -119,7 +119,7 @@ class TimeWindow:
         if zoned:  # the instant: step back from the row by the wall time elapsed in its hour
             instant = f"{at_zone} - ({local} - {start})"
             return f"arrow_cast({instant}, 'Timestamp(Microsecond, Some(\"UTC\"))')"
-        if self.minute_offset and not _fixed_offset(self.timezone):
+        if self.minute_offset and not _steady(self.timezone):
             raise SpecError(
                 f"hourly windows at minute {self.minute_offset} in {self.timezone} need a zoned "
                 "timestamp column: wall-clock times cannot place rows around DST changes"
@@ -130,7 +130,7 @@ class TimeWindow:
         """Whether the window start never decreases as the source value grows (then a range on
         the source maps to a range of partition values)."""
         zoned = pa.types.is_timestamp(source) and source.tz is not None
-        if not zoned or self.unit == "hour" or _fixed_offset(self.timezone):
+        if not zoned or self.unit == "hour" or _steady(self.timezone):
             return True
         # local wall time runs backwards at a DST fall-back; windows starting at midnight never
         # straddle one, windows starting in the small hours might
@@ -193,6 +193,11 @@ def _check_source(source: pa.DataType, unit: str) -> None:
         return
     if not pa.types.is_timestamp(source):
         raise SpecError(f"time windows need a date or timestamp column, not {source}")
+
+
+def _steady(timezone: str) -> bool:
+    """Whether ``timezone``'s offset from UTC never changes (1990-2050)."""
+    return _fixed_offset(timezone) or not _transitions(timezone)
 
 
 def _fixed_offset(timezone: str) -> bool:
