@@ -19,6 +19,15 @@ from .errors import (
     WriteError,
 )
 from .filters import FilterError
+from .health import IntegrityIssue, Orphan, SchemaIssue, UncommittedVersion, VersionIssue
+from .maintenance import (
+    CleanupResult,
+    CompactResult,
+    DroppedPartition,
+    DropResult,
+    PartialPartitionError,
+    VacuumResult,
+)
 from .namespace import PartitionedNamespace
 from .planning import ScanPlan, ScanTask
 from .spec import PartitionField, PartitionSpec, SpecField
@@ -26,14 +35,21 @@ from .windows import TimeWindow
 from .writer import PartitionWrite, WriteResult
 
 __all__ = [
+    "CleanupResult",
     "CommitConflictError",
+    "CompactResult",
+    "DropResult",
+    "DroppedPartition",
     "ExpressionError",
     "FilterError",
+    "IntegrityIssue",
     "ManifestError",
     "NamespaceExistsError",
     "NamespaceNotFoundError",
     "NotAPartitionedNamespaceError",
     "NullabilityError",
+    "Orphan",
+    "PartialPartitionError",
     "PartitionField",
     "PartitionReadError",
     "PartitionSpec",
@@ -44,12 +60,16 @@ __all__ = [
     "ScanPlan",
     "ScanTask",
     "SchemaError",
+    "SchemaIssue",
     "SchemaMismatchError",
     "SpecError",
     "SpecField",
     "TimeWindow",
+    "UncommittedVersion",
     "UnknownTransformError",
     "UnnamedPartitionError",
+    "VacuumResult",
+    "VersionIssue",
     "WriteError",
     "WriteResult",
 ]

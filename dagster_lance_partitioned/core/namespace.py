@@ -3,10 +3,11 @@ partitioned namespace."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lance
 import pyarrow as pa
@@ -38,6 +39,9 @@ from .planning import ScanPlan, plan_scan
 from .scan import scan_reader
 from .spec import PartitionField, PartitionSpec, SpecField, resolve_fields, specs_from_metadata
 from .writer import PartitionWriter, WriteResult
+
+if TYPE_CHECKING:
+    from .maintenance import CleanupResult, CompactResult, DropResult, VacuumResult
 
 
 def _load_snapshot(ds: Any) -> ManifestSnapshot:
@@ -347,6 +351,41 @@ class PartitionedNamespace:
         from .hive import import_hive
 
         return import_hive(uri, types=types, storage_options=storage_options)
+
+    # -- maintenance (core/maintenance.py) ----------------------------------------------------
+    def compact(
+        self, filter: FilterLike = None, target_rows_per_fragment: int = 1 << 20
+    ) -> CompactResult:
+        """Rewrite the selected partition tables with fewer, larger fragments (detached versions
+        built on their pinned versions) and register them in one manifest commit."""
+        from .maintenance import compact
+
+        return compact(self, filter, target_rows_per_fragment)
+
+    def cleanup(
+        self,
+        older_than: datetime.timedelta = datetime.timedelta(days=7),
+        keep_manifest_versions: int = 10,
+    ) -> CleanupResult:
+        """Remove manifest versions older than both bounds, and partition-table versions older
+        than ``older_than`` that no retained manifest version pins (time travel to every
+        retained manifest version keeps working)."""
+        from .maintenance import cleanup
+
+        return cleanup(self, older_than, keep_manifest_versions)
+
+    def vacuum(self, grace: datetime.timedelta = datetime.timedelta(days=7)) -> VacuumResult:
+        """Delete orphan partition tables and unreferenced files older than ``grace``."""
+        from .maintenance import vacuum
+
+        return vacuum(self, grace)
+
+    def drop_partitions(self, filter: FilterLike) -> DropResult:
+        """Deregister, in one manifest commit, the partitions all of whose rows match
+        ``filter`` (refused, changing nothing, when a partition matches only in part)."""
+        from .maintenance import drop_partitions
+
+        return drop_partitions(self, filter)
 
     def _after(self, version: int) -> int:
         self.refresh()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -49,3 +53,115 @@ def manifest_exists(manifest_uri: str, storage_options: dict[str, str] | None = 
         return bool(info)
     except Exception:
         return False
+
+
+# --------------------------------------------------------------------------------------------
+# Listing and deleting (maintenance and health checks)
+
+# Lance storage-option names -> pyarrow S3FileSystem arguments (best effort; other options are
+# left to pyarrow's own configuration, e.g. the AWS_* environment variables).
+_S3_OPTIONS = {
+    "aws_access_key_id": "access_key",
+    "access_key_id": "access_key",
+    "aws_secret_access_key": "secret_key",
+    "secret_access_key": "secret_key",
+    "aws_session_token": "session_token",
+    "session_token": "session_token",
+    "aws_region": "region",
+    "region": "region",
+    "aws_endpoint": "endpoint_override",
+    "endpoint": "endpoint_override",
+}
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A file found by :func:`list_files`."""
+
+    path: str  # relative to the listed directory, ``/``-separated
+    size: int
+    mtime: float  # seconds since the epoch
+
+
+def filesystem(
+    uri: str, storage_options: dict[str, str] | None = None
+) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and the path of ``uri`` in it (local paths, ``file://``, and the
+    object stores pyarrow knows; S3 credentials and endpoint are taken from ``storage_options``
+    when given there under Lance's names)."""
+    local = local_path(uri)
+    if local is not None:
+        return pafs.LocalFileSystem(), local
+    parsed = urlparse(uri)
+    if parsed.scheme in ("s3", "s3a") and storage_options:
+        kwargs: dict[str, Any] = {}
+        for key, value in storage_options.items():
+            arg = _S3_OPTIONS.get(key.lower())
+            if arg is not None:
+                kwargs[arg] = value
+        endpoint = kwargs.get("endpoint_override")
+        if isinstance(endpoint, str) and "://" in endpoint:
+            scheme, _, host = endpoint.partition("://")
+            kwargs["endpoint_override"], kwargs["scheme"] = host, scheme
+        if kwargs:
+            return pafs.S3FileSystem(**kwargs), f"{parsed.netloc}{parsed.path}".rstrip("/")
+    fs, path = pafs.FileSystem.from_uri(uri)
+    return fs, path.rstrip("/")
+
+
+def list_files(uri: str, storage_options: dict[str, str] | None = None) -> list[FileEntry]:
+    """Every file under the directory ``uri`` (recursively); empty when it does not exist."""
+    fs, base = filesystem(uri, storage_options)
+    selector = pafs.FileSelector(base, allow_not_found=True, recursive=True)
+    out = []
+    prefix = base.rstrip("/") + "/"
+    for info in fs.get_file_info(selector):
+        if info.type != pafs.FileType.File:
+            continue
+        rel = info.path[len(prefix) :] if info.path.startswith(prefix) else info.base_name
+        mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
+        out.append(FileEntry(rel, int(info.size or 0), mtime))
+    return out
+
+
+def list_dirs(uri: str, storage_options: dict[str, str] | None = None) -> list[str]:
+    """Names of the immediate subdirectories of ``uri`` (empty when it does not exist)."""
+    fs, base = filesystem(uri, storage_options)
+    selector = pafs.FileSelector(base, allow_not_found=True, recursive=False)
+    return sorted(
+        info.base_name
+        for info in fs.get_file_info(selector)
+        if info.type == pafs.FileType.Directory
+    )
+
+
+def delete_files(
+    uri: str, paths: Iterable[str], storage_options: dict[str, str] | None = None
+) -> int:
+    """Delete ``paths`` (relative to the directory ``uri``); returns how many existed."""
+    fs, base = filesystem(uri, storage_options)
+    removed = 0
+    for rel in paths:
+        try:
+            fs.delete_file(f"{base.rstrip('/')}/{rel}")
+        except FileNotFoundError:
+            continue
+        removed += 1
+    return removed
+
+
+def delete_tree(uri: str, storage_options: dict[str, str] | None = None) -> None:
+    """Delete the directory ``uri`` and everything under it (no error when it is gone)."""
+    fs, base = filesystem(uri, storage_options)
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_dir(base)
+
+
+def relative_to(root: str, location: str) -> str | None:
+    """``location`` (relative, absolute or a URI) relative to ``root``; None when outside it."""
+    if not (is_uri(location) or os.path.isabs(location)):
+        return location.strip("/")
+    base = root.rstrip("/") + "/"
+    if location.startswith(base):
+        return location[len(base) :].strip("/")
+    return None

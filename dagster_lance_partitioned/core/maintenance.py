@@ -1,0 +1,550 @@
+"""Maintenance of a partitioned namespace: compact partition tables, clean up old versions,
+vacuum orphans, and drop partitions.
+
+Lance's own ``cleanup_old_versions`` is used for ``__manifest`` only. On partition tables it is
+unsafe for this format (see docs/implementation-notes.md, "Maintenance"): it never lists detached
+versions -- the versions every ``read_version`` of this package pins after the first write --
+so it neither removes old ones nor protects their files, and deletes data files a pinned detached
+version still reads once no main-line version references them. Partition tables are therefore
+cleaned file by file here: a version's manifest is removed only when no retained manifest
+version pins it, then the files only removed versions referenced."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import lance
+import pyarrow as pa
+from lance import LanceOperation
+from lance.fragment import write_fragments
+
+from . import arrow_json, storage
+from .errors import PartitionedNamespaceError, SchemaError, WriteError
+from .evolution import live_schema
+from .filters import FilterLike, to_sql
+from .health import (
+    Pin,
+    TableListing,
+    VersionFiles,
+    list_table,
+    manifest_versions,
+    orphans_among,
+    parallel_map,
+    pin_of,
+    referenced_pins,
+    resolve_pins,
+    table_tags,
+    version_files,
+)
+from .manifest import SCHEMA_KEY, SEP, ManifestEdit, ManifestSnapshot
+from .planning import ScanTask, plan_scan
+from .scan import iter_task_batches, lance_filter, open_table
+from .writer import WRITER_ID
+
+if TYPE_CHECKING:
+    from .namespace import PartitionedNamespace
+
+
+class PartialPartitionError(PartitionedNamespaceError):
+    """``drop_partitions``: a filter matches some rows of a partition but not all of them, so
+    the partition cannot be dropped as a whole; nothing was changed. ``partitions`` are the
+    object ids of those partitions, ``values`` their partition values."""
+
+    def __init__(self, message: str, partitions: list[str], values: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.partitions = partitions
+        self.values = values
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    """What ``compact`` did: the manifest version that made the compacted tables visible (the
+    unchanged current version when nothing was compacted), each compacted partition as
+    ``(object_id, fragments_before, fragments_after)``, and the partitions whose compaction
+    was discarded because a concurrent commit moved them first."""
+
+    manifest_version: int
+    partitions: tuple[tuple[str, int, int], ...]
+    skipped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CleanupResult:
+    """What ``cleanup`` removed: ``__manifest`` versions, partition-table versions, and the
+    files only removed versions referenced. ``tables_skipped`` are table locations left alone
+    (Lance branches, or a version manifest that could not be read)."""
+
+    manifest_versions_removed: int
+    manifest_versions_kept: int
+    table_versions_removed: int
+    files_removed: int
+    bytes_removed: int
+    tables_skipped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VacuumResult:
+    """What ``vacuum`` removed: orphan table directories older than the grace period, and files
+    inside referenced tables that no version of their table references. ``orphans_kept`` are
+    orphans still inside the grace period (possibly writes in progress)."""
+
+    orphans_removed: tuple[str, ...]
+    orphans_kept: tuple[str, ...]
+    files_removed: int
+    bytes_removed: int
+    tables_skipped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DroppedPartition:
+    """One partition ``drop_partitions`` deregistered."""
+
+    object_id: str
+    location: str
+    values: dict[str, Any]
+    rows: int
+
+
+@dataclass(frozen=True)
+class DropResult:
+    """What ``drop_partitions`` did: the manifest version that deregistered the partitions (the
+    unchanged current version when none matched) and each dropped partition."""
+
+    manifest_version: int
+    partitions: tuple[DroppedPartition, ...]
+
+    @property
+    def rows(self) -> int:
+        """Rows the dropped partitions held."""
+        return sum(p.rows for p in self.partitions)
+
+
+class _NothingToCommit(Exception):
+    """Raised by a manifest plan when the latest manifest leaves nothing to change."""
+
+
+def _refuse_pinned(ns: PartitionedNamespace, what: str) -> None:
+    if ns._pinned:
+        raise WriteError(
+            f"{ns.uri} was opened at manifest version {ns.version}; "
+            f"open it without a version to {what}"
+        )
+
+
+def _load(ds: lance.LanceDataset) -> ManifestSnapshot:
+    from .namespace import _load_snapshot
+
+    return _load_snapshot(ds)
+
+
+def _schema_of(snap: ManifestSnapshot) -> pa.Schema:
+    """The namespace schema (with field ids, without dropped columns) of a manifest version."""
+    try:
+        return live_schema(arrow_json.schema_from_json(snap.metadata[SCHEMA_KEY]))
+    except (KeyError, ValueError) as e:
+        raise SchemaError(f"__manifest version {snap.version}: bad namespace schema: {e}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# compact
+
+
+@dataclass(frozen=True)
+class _Compacted:
+    object_id: str
+    location: str
+    pin: Pin
+    version: int
+    before: int
+    after: int
+
+
+def _compact_table(ns: PartitionedNamespace, task: ScanTask, target_rows: int) -> _Compacted | None:
+    """Write a detached version of ``task``'s table holding its rows in fewer fragments, built
+    on exactly its pinned version; None when it has nothing to gain."""
+    if task.read_branch is not None:
+        return None  # branch-pinned tables are not written by this package
+    opts = ns.storage_options
+    ds = open_table(task, opts)
+    before = len(ds.get_fragments())
+    if before <= 1:
+        return None
+    rows = ds.count_rows()
+    if max(1, math.ceil(rows / target_rows)) >= before:
+        return None  # the fragments are already as large as the target allows
+    schema = ds.schema
+    reader = pa.RecordBatchReader.from_batches(schema, ds.to_batches())
+    fragments = write_fragments(
+        reader,
+        task.uri,
+        schema=schema,
+        mode="overwrite",
+        max_rows_per_file=target_rows,
+        data_storage_version=ds.data_storage_version,
+        storage_options=opts,
+    )
+    new = lance.LanceDataset.commit(
+        task.uri,
+        LanceOperation.Overwrite(schema, fragments),
+        read_version=ds.version,
+        detached=True,
+        storage_options=opts,
+    )
+    if new.count_rows() != rows:  # never register a version that lost or gained rows
+        raise PartitionedNamespaceError(
+            f"partition {task.object_id}: compacted version {new.version} holds "
+            f"{new.count_rows()} rows, the pinned version {ds.version} {rows}; nothing committed"
+        )
+    pin = Pin(task.read_version, task.read_branch, task.read_tag)
+    return _Compacted(task.object_id, task.location, pin, new.version, before, len(fragments))
+
+
+def compact(
+    ns: PartitionedNamespace, filter: FilterLike = None, target_rows_per_fragment: int = 1 << 20
+) -> CompactResult:
+    """Rewrite the selected partition tables (``filter`` as in ``plan_scan``) with fewer, larger
+    fragments and make all of them visible in one manifest commit.
+
+    Each table gets a detached Lance version holding exactly the rows of its pinned version
+    (an ``Overwrite`` built on it, same schema and data storage version); tables with at most
+    one fragment, or whose fragments cannot get fewer at ``target_rows_per_fragment``, are left
+    alone. A table whose pin a concurrent commit changed keeps that commit's version and is
+    reported in ``skipped``. Commit property ``operation`` = ``compact``."""
+    _refuse_pinned(ns, "compact it")
+    if target_rows_per_fragment < 1:
+        raise ValueError("target_rows_per_fragment must be at least 1")
+    ns.refresh()
+    plan = ns.plan_scan(filter)
+    done = [
+        c
+        for c in parallel_map(
+            lambda t: _compact_table(ns, t, target_rows_per_fragment), list(plan.tasks)
+        )
+        if c is not None
+    ]
+    if not done:
+        return CompactResult(ns.version, ())
+    committed: list[_Compacted] = []
+    skipped: list[str] = []
+
+    def plan_commit(snap: ManifestSnapshot) -> ManifestEdit:
+        committed.clear()
+        skipped.clear()
+        current = {t.object_id: t for t in snap.tables()}
+        edit = ManifestEdit(
+            properties={"operation": "compact", "writer": WRITER_ID, "overwritten": "[]"}
+        )
+        for c in done:
+            entry = current.get(c.object_id)
+            if entry is None or entry.location != c.location or pin_of(entry) != c.pin:
+                skipped.append(c.object_id)
+                continue
+            edit.upserts[c.object_id] = {"read_version": c.version}
+            committed.append(c)
+        if not committed:
+            raise _NothingToCommit
+        return edit
+
+    try:
+        snap = ns._store.commit(_load, plan_commit)
+        version = snap.version
+    except _NothingToCommit:
+        version = ns.refresh().version
+    ns.refresh()
+    return CompactResult(
+        version,
+        tuple(sorted((c.object_id, c.before, c.after) for c in committed)),
+        tuple(sorted(skipped)),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# cleanup
+
+
+@dataclass
+class _TableCleanup:
+    versions: int = 0
+    files: int = 0
+    bytes: int = 0
+    skipped: bool = False
+
+
+def _clean_table(
+    ns: PartitionedNamespace,
+    location: str,
+    pins: set[Pin],
+    cutoff: float,
+) -> _TableCleanup:
+    """Remove the versions of one table that no pin protects and that are older than
+    ``cutoff``, then the files only they referenced."""
+    opts = ns.storage_options
+    listing = list_table(ns.uri, location, opts)
+    out = _TableCleanup()
+    if not listing.exists:
+        return out
+    if listing.has_branches:
+        out.skipped = True  # branch manifests may read this table's files: leave it alone
+        return out
+    tags = table_tags(listing.uri, opts)
+    protected, on_branch = resolve_pins(pins, listing, lambda: tags)
+    if on_branch:
+        out.skipped = True
+        return out
+    protected |= set(tags.values())  # tagged versions are kept, as Lance keeps them
+    if listing.latest_main is not None:
+        protected.add(listing.latest_main)  # Lance needs the main line's latest version
+    remove = sorted(
+        v for v, tv in listing.versions.items() if v not in protected and tv.mtime < cutoff
+    )
+    if not remove:
+        return out
+    keep = [v for v in listing.versions if v not in set(remove)]
+    try:
+        kept = parallel_map(lambda v: version_files(listing.uri, v, opts), keep, threads=4)
+        gone = parallel_map(
+            lambda v: version_files(listing.uri, v, opts, transaction=True), remove, threads=4
+        )
+    except (ValueError, OSError, RuntimeError):
+        out.skipped = True  # a manifest we cannot read might reference anything: do nothing
+        return out
+    # manifests first: a crash in between leaves unreferenced files (vacuum's), never a
+    # version whose files are gone
+    manifests = [listing.versions[v].path for v in remove]
+    storage.delete_files(listing.uri, manifests, opts)
+    doomed = _only_in(gone, kept, listing)
+    out.versions = len(remove)
+    out.files = storage.delete_files(listing.uri, doomed, opts)
+    out.bytes = sum(listing.files[p].size for p in [*manifests, *doomed] if p in listing.files)
+    return out
+
+
+def _union(found: Iterable[VersionFiles]) -> VersionFiles:
+    """The files of several versions as one."""
+    files: set[str] = set()
+    indices: set[str] = set()
+    for v in found:
+        files |= v.files
+        indices |= v.indices
+        if v.transaction is not None:
+            files.add(v.transaction)
+    return VersionFiles(frozenset(files), frozenset(indices))
+
+
+def _only_in(
+    gone: Iterable[VersionFiles], kept: Iterable[VersionFiles], listing: TableListing
+) -> list[str]:
+    """Files of ``listing`` that some of ``gone`` references and none of ``kept``."""
+    gone_all, kept_all = _union(gone), _union(kept)
+    return sorted(p for p in listing.files if gone_all.covers(p) and not kept_all.covers(p))
+
+
+def cleanup(
+    ns: PartitionedNamespace,
+    older_than: dt.timedelta = dt.timedelta(days=7),
+    keep_manifest_versions: int = 10,
+) -> CleanupResult:
+    """Remove old ``__manifest`` versions and old partition-table versions.
+
+    A manifest version is removed when it is older than ``older_than`` and not among the
+    ``keep_manifest_versions`` newest (the latest is always kept; tagged versions too). Then a
+    partition-table version is removed when it is older than ``older_than`` and no retained
+    manifest version pins it (``read_version``, or a tag), it is not the newest main-line
+    version and carries no tag; the files only removed versions referenced go with it. Time
+    travel to every retained manifest version keeps working. Files nobody ever referenced
+    (failed writes) and tables no retained version references are left to :func:`vacuum`."""
+    _refuse_pinned(ns, "clean it up")
+    if keep_manifest_versions < 1:
+        raise ValueError("keep_manifest_versions must be at least 1 (the latest is always kept)")
+    store = ns._store
+    cutoff = time.time() - older_than.total_seconds()
+    manifest = store.dataset()
+    stats = manifest.cleanup_old_versions(
+        older_than=older_than,
+        retain_versions=keep_manifest_versions,
+        error_if_tagged_old_versions=False,
+    )
+    ns.refresh()
+    retained = manifest_versions(store)
+    pins = referenced_pins(store, retained)
+    # commits landing meanwhile pin versions that are new (younger than ``older_than``) or
+    # pinned by a version read above; read the newest ones anyway
+    landed = [v for v in manifest_versions(store) if v > retained[-1]]
+    for location, found in referenced_pins(store, landed).items():
+        pins.setdefault(location, set()).update(found)
+    locations = sorted(pins)
+    results = parallel_map(lambda loc: _clean_table(ns, loc, pins[loc], cutoff), locations)
+    ns.refresh()
+    return CleanupResult(
+        manifest_versions_removed=int(stats.old_versions),
+        manifest_versions_kept=len(retained),
+        table_versions_removed=sum(r.versions for r in results),
+        files_removed=sum(r.files for r in results),
+        bytes_removed=int(stats.bytes_removed) + sum(r.bytes for r in results),
+        tables_skipped=tuple(loc for loc, r in zip(locations, results, strict=True) if r.skipped),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# vacuum
+
+
+def _vacuum_table(ns: PartitionedNamespace, location: str, cutoff: float) -> _TableCleanup:
+    """Delete files of one table that no version on storage references, older than
+    ``cutoff``: data, deletion and index files of writes that never committed a version."""
+    opts = ns.storage_options
+    listing = list_table(ns.uri, location, opts)
+    out = _TableCleanup()
+    if not listing.exists:
+        return out
+    if listing.has_branches:
+        out.skipped = True
+        return out
+    managed = ("data/", "_deletions/", "_indices/")
+    candidates = [p for p, f in listing.files.items() if p.startswith(managed) and f.mtime < cutoff]
+    if not candidates:
+        return out
+    try:
+        referenced = parallel_map(
+            lambda v: version_files(listing.uri, v, opts), sorted(listing.versions), threads=4
+        )
+    except (ValueError, OSError, RuntimeError):
+        out.skipped = True
+        return out
+    everything = _union(referenced)
+    doomed = [p for p in candidates if not everything.covers(p)]
+    out.files = storage.delete_files(listing.uri, doomed, opts)
+    out.bytes = sum(listing.files[p].size for p in doomed)
+    return out
+
+
+def vacuum(ns: PartitionedNamespace, grace: dt.timedelta = dt.timedelta(days=7)) -> VacuumResult:
+    """Delete what no manifest version on storage can reach and that is older than ``grace``:
+    orphan partition-table directories (see :func:`~.health.find_orphans`; age counted from
+    their newest file, so a write in progress keeps its table), and files inside referenced
+    tables that no version of the table references (fragments of writes that failed before
+    committing a version). Never touches a file a table version references, nor
+    ``__manifest``."""
+    _refuse_pinned(ns, "vacuum it")
+    ns.refresh()
+    store = ns._store
+    limit = grace.total_seconds()
+    cutoff = time.time() - limit
+    refs = referenced_pins(store, manifest_versions(store))  # one read per manifest version
+    orphans = orphans_among(ns.uri, refs, ns.storage_options)
+    removed, kept = [], []
+    for orphan in orphans:
+        if orphan.age_seconds > limit:
+            storage.delete_tree(storage.join(ns.uri, orphan.location), ns.storage_options)
+            removed.append(orphan)
+        else:
+            kept.append(orphan.location)
+    locations = sorted(refs)
+    results = parallel_map(lambda loc: _vacuum_table(ns, loc, cutoff), locations)
+    return VacuumResult(
+        orphans_removed=tuple(o.location for o in removed),
+        orphans_kept=tuple(kept),
+        files_removed=sum(r.files for r in results),
+        bytes_removed=sum(o.bytes for o in removed) + sum(r.bytes for r in results),
+        tables_skipped=tuple(loc for loc, r in zip(locations, results, strict=True) if r.skipped),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# drop_partitions
+
+
+def _delete_empty_namespaces(snap: ManifestSnapshot, edit: ManifestEdit) -> None:
+    """Delete partition namespaces with no table left beneath them."""
+    tables = {t.object_id for t in snap.tables()} - edit.deletes
+    ancestors = {
+        SEP.join(oid.split(SEP)[:i]) for oid in tables for i in range(1, oid.count(SEP) + 1)
+    }
+    for ns_oid in snap.namespace_ids().values():
+        if ns_oid not in ancestors:
+            edit.deletes.add(ns_oid)
+
+
+def drop_partitions(ns: PartitionedNamespace, filter: FilterLike) -> DropResult:
+    """Deregister, in one manifest commit, every partition all of whose rows match ``filter``.
+
+    Candidates are the partitions a scan with ``filter`` reads (``plan_scan``); each is then
+    read to count the rows failing the filter (NULL counts as failing). A partition with no
+    failing row is dropped -- so is an empty candidate. When some partition holds rows both
+    matching and failing, :class:`PartialPartitionError` names those partitions and nothing is
+    changed. Data files stay (``cleanup`` / ``vacuum`` remove them once no retained manifest
+    version references them); partition namespaces left empty are deleted in the same commit."""
+    _refuse_pinned(ns, "drop partitions")
+    sql = to_sql(filter)
+    if sql is None:
+        raise WriteError("drop_partitions needs a filter (the rows whose partitions to drop)")
+    ns.refresh()
+    opts = ns.storage_options
+    counted: dict[tuple[str, Pin], tuple[int, int]] = {}  # (location, pin) -> (matching, rows)
+
+    def count(task: ScanTask, schema: pa.Schema) -> tuple[int, int]:
+        key = (task.location, Pin(task.read_version, task.read_branch, task.read_tag))
+        if key not in counted:
+            rows = open_table(task, opts).count_rows()
+            plain = arrow_json.strip_field_ids(schema)
+            batches = iter_task_batches(
+                task,
+                schema,
+                plain.names[:1],
+                sql,
+                opts,
+                translated_filter=lance_filter(sql, plain),
+            )
+            counted[key] = (sum(b.num_rows for b in batches), rows)
+        return counted[key]
+
+    dropped: list[DroppedPartition] = []
+
+    def plan_commit(snap: ManifestSnapshot) -> ManifestEdit:
+        dropped.clear()
+        schema = _schema_of(snap)
+        tasks = list(plan_scan(snap, schema, ns.uri, sql).tasks)
+        counts = parallel_map(lambda t: count(t, schema), tasks)
+        partial = [t for t, (match, rows) in zip(tasks, counts, strict=True) if 0 < match < rows]
+        if partial:
+            shown = "; ".join(json.dumps(t.partition_values, default=str) for t in partial[:10])
+            raise PartialPartitionError(
+                f"filter {sql!r} matches only some rows of {len(partial)} partition(s) "
+                f"({shown}); a partition is dropped only when all its rows match. Nothing "
+                "was dropped",
+                [t.object_id for t in partial],
+                [t.partition_values for t in partial],
+            )
+        edit = ManifestEdit()
+        for t, (match, rows) in zip(tasks, counts, strict=True):
+            if match == rows:
+                edit.deletes.add(t.object_id)
+                dropped.append(DroppedPartition(t.object_id, t.location, t.partition_values, rows))
+        if not dropped:
+            raise _NothingToCommit
+        _delete_empty_namespaces(snap, edit)
+        edit.properties = {
+            "operation": "drop_partitions",
+            "writer": WRITER_ID,
+            "filter": sql,
+            "overwritten": json.dumps(sorted(p.object_id for p in dropped)),
+        }
+        return edit
+
+    try:
+        version = ns._store.commit(_load, plan_commit).version
+    except _NothingToCommit:
+        dropped.clear()
+        version = ns.refresh().version
+    ns.refresh()
+    return DropResult(version, tuple(sorted(dropped, key=lambda p: p.object_id)))
