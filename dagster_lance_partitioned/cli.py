@@ -1,4 +1,5 @@
-"""``lance-partitioned``: inspect, scan, upgrade and import Lance partitioned namespaces.
+"""``lance-partitioned``: inspect, scan, check, maintain, upgrade and import Lance partitioned
+namespaces.
 
 Output is a human-readable text (aligned tables) by default and one JSON document on stdout with
 ``--json``. Exit codes: 0 success, 1 error reported by the package (message on stderr), 2 usage.
@@ -39,7 +40,8 @@ output:
   objects (keys in column order), written row by row as it is read.
 
 exit codes:
-  0 success; 1 error (missing namespace, bad filter, ...: message on stderr); 2 usage error.
+  0 success; 1 error (missing namespace, bad filter, ...: message on stderr), or `check` found
+  an issue (the report on stdout); 2 usage error.
 """
 
 
@@ -66,6 +68,25 @@ def _non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    value = _non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
     return value
 
 
@@ -176,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def add(
-        name: str, func: Callable[..., None], reads: bool, help: str
+        name: str, func: Callable[..., int | None], reads: bool, help: str
     ) -> argparse.ArgumentParser:
         p = sub.add_parser(
             name,
@@ -223,6 +244,80 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="Arrow type of a partition key, e.g. year=int32 (repeatable; default: inferred)",
     )
+    p = add(
+        "check",
+        _cmd_check,
+        True,
+        "health checks: partition schemas, pinned versions, uncommitted versions, orphan tables "
+        "and partition integrity (exit 1 when any issue is found)",
+    )
+    p.add_argument(
+        "--history",
+        metavar="N",
+        type=_non_negative_int,
+        default=50,
+        help="newest manifest versions that count as referencing table versions (default 50)",
+    )
+    p.add_argument(
+        "--sample",
+        metavar="N",
+        type=_non_negative_int,
+        help="check the rows of N sampled partitions only (default: every partition)",
+    )
+    p = add(
+        "compact",
+        _cmd_compact,
+        False,
+        "rewrite partition tables with fewer, larger fragments (one manifest commit)",
+    )
+    p.add_argument("--filter", metavar="SQL", help="only the partitions a scan with SQL reads")
+    p.add_argument(
+        "--target-rows",
+        metavar="N",
+        type=_positive_int,
+        default=1 << 20,
+        help="rows per fragment to aim at (default 1048576)",
+    )
+    p = add(
+        "cleanup",
+        _cmd_cleanup,
+        False,
+        "remove old manifest versions and the partition-table versions no retained one pins",
+    )
+    p.add_argument(
+        "--older-than-days",
+        metavar="N",
+        type=_non_negative_float,
+        default=7.0,
+        help="only versions older than N days are removed (default 7)",
+    )
+    p.add_argument(
+        "--keep-versions",
+        metavar="N",
+        type=_positive_int,
+        default=10,
+        help="always keep the N newest manifest versions (default 10)",
+    )
+    p = add(
+        "vacuum",
+        _cmd_vacuum,
+        False,
+        "delete orphan partition tables and unreferenced files older than a grace period",
+    )
+    p.add_argument(
+        "--grace-hours",
+        metavar="N",
+        type=_non_negative_float,
+        default=168.0,
+        help="only what is older than N hours is deleted (default 168)",
+    )
+    p = add(
+        "drop-partitions",
+        _cmd_drop_partitions,
+        False,
+        "deregister the partitions all of whose rows match a filter (one manifest commit)",
+    )
+    p.add_argument("--filter", metavar="SQL", required=True, help="DataFusion SQL predicate")
     return parser
 
 
@@ -658,6 +753,245 @@ def _cmd_import_hive(args: argparse.Namespace, opts: Options, out: TextIO) -> No
     _write_info(ns, opts, out)
 
 
+# -- health and maintenance -------------------------------------------------------------------
+def _values_text(text: _Text, values: dict[str, Any]) -> str:
+    """``country=US, year=2025``."""
+    return text.cut(", ".join(f"{k}={text.value(v)}" for k, v in values.items()))
+
+
+def _size_text(n: int) -> str:
+    """A byte count for people: ``512 B``, ``2.0 KiB``, ``3.1 MiB``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _cmd_check(args: argparse.Namespace, opts: Options, out: TextIO) -> int:
+    """``check URI [--history N] [--sample N]``: exit 1 when any issue is found."""
+    from .core import health
+
+    ns = _open(args, opts)
+    schema = health.check_schemas(ns)
+    broken, uncommitted = health.check_read_versions(ns, history=args.history)
+    orphans = health.find_orphans(ns)  # what vacuum would remove (every version on storage)
+    integrity = health.check_integrity(ns, sample=args.sample)
+    partitions = len(ns.partitions())
+    checked = partitions if args.sample is None else min(args.sample, partitions)
+    found = len(schema) + len(broken) + len(uncommitted) + len(orphans) + len(integrity)
+    if opts.json:
+        _write_json(
+            out,
+            {
+                "uri": ns.uri,
+                "manifest_version": ns.version,
+                "healthy": found == 0,
+                "issues": found,
+                "partitions": partitions,
+                "integrity_partitions_checked": checked,
+                "schema": [dataclasses.asdict(i) for i in schema],
+                "read_versions": [dataclasses.asdict(i) for i in broken],
+                "uncommitted": [dataclasses.asdict(i) for i in uncommitted],
+                "orphans": [dataclasses.asdict(i) for i in orphans],
+                "integrity": [dataclasses.asdict(i) for i in integrity],
+            },
+        )
+        return EXIT_OK if found == 0 else EXIT_ERROR
+    text = _Text(out, opts.max_width)
+
+    def status(items: Sequence[Any], word: str, ok: str = "ok") -> str:
+        return _plural(len(items), word) if items else ok
+
+    oldest = max((o.age_seconds for o in orphans), default=0.0) / 3600
+    text.pairs(
+        [
+            ("root", ns.uri),
+            ("manifest version", str(ns.version)),
+            ("partitions", str(partitions)),
+            ("schema", status(schema, "problem")),
+            ("read versions", status(broken, "unreadable table")),
+            ("uncommitted", status(uncommitted, "table")),
+            (
+                "orphans",
+                f"{_plural(len(orphans), 'orphan table')} "
+                f"({_size_text(sum(o.bytes for o in orphans))}, oldest {oldest:.1f} h)"
+                if orphans
+                else "none",
+            ),
+            ("integrity", status(integrity, "problem", f"ok ({checked} checked)")),
+        ]
+    )
+    sections: list[tuple[str, list[str], list[list[str]]]] = [
+        (
+            "schema problems",
+            ["object_id", "values", "column", "problem"],
+            [
+                [
+                    text.cell(i.object_id),
+                    _values_text(text, i.values),
+                    text.cell(i.column),
+                    text.cell(i.problem),
+                ]
+                for i in schema
+            ],
+        ),
+        (
+            "unreadable tables",
+            ["object_id", "location", "problem", "detail"],
+            [
+                [text.cell(i.object_id), text.cell(i.location), i.problem, text.cell(i.detail)]
+                for i in broken
+            ],
+        ),
+        (
+            "uncommitted versions",
+            ["object_id", "read_version", "newer versions nobody references"],
+            [
+                [
+                    text.cell(u.object_id),
+                    str(u.read_version),
+                    text.cut(", ".join(str(v) for v in u.versions)),
+                ]
+                for u in uncommitted
+            ],
+        ),
+        (
+            "orphan tables",
+            ["location", "age_hours", "size"],
+            [
+                [text.cell(o.location), f"{o.age_seconds / 3600:.2f}", _size_text(o.bytes)]
+                for o in orphans
+            ],
+        ),
+        (
+            "rows in the wrong partition",
+            ["object_id", "values", "rows_wrong", "sample row"],
+            [
+                [
+                    text.cell(i.object_id),
+                    _values_text(text, i.values),
+                    str(i.rows_wrong),
+                    text.cell(i.sample),
+                ]
+                for i in integrity
+            ],
+        ),
+    ]
+    for title, headers, rows in sections:
+        if rows:
+            out.write(f"\n{title}:\n")
+            text.table(headers, rows)
+    out.write("\n" + ("healthy" if found == 0 else f"{_plural(found, 'issue')} found") + "\n")
+    return EXIT_OK if found == 0 else EXIT_ERROR
+
+
+def _result_doc(ns: PartitionedNamespace, result: Any) -> dict[str, Any]:
+    """A maintenance result as JSON: the root and the result's fields."""
+    return {"uri": ns.uri, **dataclasses.asdict(result)}
+
+
+def _cmd_compact(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
+    """``compact URI [--filter SQL] [--target-rows N]``."""
+    ns = _open(args, opts)
+    result = ns.compact(filter=args.filter or None, target_rows_per_fragment=args.target_rows)
+    if opts.json:
+        _write_json(out, _result_doc(ns, result))
+        return
+    text = _Text(out, opts.max_width)
+    if not result.partitions:
+        out.write(f"{ns.uri}: nothing to compact (manifest version {result.manifest_version})\n")
+    else:
+        out.write(
+            f"compacted {_plural(len(result.partitions), 'partition')} in manifest version "
+            f"{result.manifest_version}\n"
+        )
+        text.table(
+            ["object_id", "fragments before", "fragments after"],
+            [[text.cell(oid), str(b), str(a)] for oid, b, a in result.partitions],
+            right=[1, 2],
+        )
+    if result.skipped:
+        out.write(
+            f"skipped {_plural(len(result.skipped), 'partition')} a concurrent commit changed: "
+            + text.cut(", ".join(result.skipped))
+            + "\n"
+        )
+
+
+def _cmd_cleanup(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
+    """``cleanup URI [--older-than-days N] [--keep-versions N]``."""
+    ns = _open(args, opts)
+    result = ns.cleanup(
+        older_than=dt.timedelta(days=args.older_than_days),
+        keep_manifest_versions=args.keep_versions,
+    )
+    if opts.json:
+        _write_json(out, _result_doc(ns, result))
+        return
+    text = _Text(out, opts.max_width)
+    text.pairs(
+        [
+            ("manifest versions removed", str(result.manifest_versions_removed)),
+            ("manifest versions kept", str(result.manifest_versions_kept)),
+            ("table versions removed", str(result.table_versions_removed)),
+            ("files removed", str(result.files_removed)),
+            ("bytes removed", _size_text(result.bytes_removed)),
+            ("tables skipped", text.cut(", ".join(result.tables_skipped)) or "none"),
+        ]
+    )
+
+
+def _cmd_vacuum(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
+    """``vacuum URI [--grace-hours N]``."""
+    ns = _open(args, opts)
+    result = ns.vacuum(grace=dt.timedelta(hours=args.grace_hours))
+    if opts.json:
+        _write_json(out, _result_doc(ns, result))
+        return
+    text = _Text(out, opts.max_width)
+    text.pairs(
+        [
+            ("orphans removed", str(len(result.orphans_removed))),
+            ("orphans kept", f"{len(result.orphans_kept)} (inside the grace period)"),
+            ("files removed", str(result.files_removed)),
+            ("bytes removed", _size_text(result.bytes_removed)),
+            ("tables skipped", text.cut(", ".join(result.tables_skipped)) or "none"),
+        ]
+    )
+    for location in result.orphans_removed:
+        out.write(f"removed {text.cut(location)}\n")
+
+
+def _cmd_drop_partitions(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
+    """``drop-partitions URI --filter SQL``."""
+    ns = _open(args, opts)
+    result = ns.drop_partitions(args.filter)
+    if opts.json:
+        _write_json(out, {**_result_doc(ns, result), "rows": result.rows})
+        return
+    text = _Text(out, opts.max_width)
+    if not result.partitions:
+        out.write(
+            f"no partition has all its rows matching the filter; nothing dropped "
+            f"(manifest version {result.manifest_version})\n"
+        )
+        return
+    out.write(
+        f"dropped {_plural(len(result.partitions), 'partition')} "
+        f"({_plural(result.rows, 'row')}) in manifest version {result.manifest_version}\n"
+    )
+    text.table(
+        ["object_id", "values", "rows"],
+        [
+            [text.cell(p.object_id), _values_text(text, p.values), str(p.rows)]
+            for p in result.partitions
+        ],
+        right=[2],
+    )
+
+
 def _optional_feature(name: str, call: Callable[[], Any]) -> Any:
     """Run ``call``, reporting a missing optional module of this package as a CLI error."""
     try:
@@ -685,7 +1019,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else (EXIT_OK if e.code is None else EXIT_USAGE)
     out = sys.stdout
     try:
-        args.func(args, opts, out)
+        code = args.func(args, opts, out)
         out.flush()
     except (PartitionedNamespaceError, CliError) as e:
         _report(str(e) or type(e).__name__)
@@ -698,7 +1032,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
-    return EXIT_OK
+    return code if isinstance(code, int) else EXIT_OK
 
 
 def _first_line(e: BaseException) -> str:

@@ -469,6 +469,101 @@ def test_import_hive_text(capsys, tmp_path):
     assert kv["current spec"] == "v1: k=identity(k)"
 
 
+# -- check and maintenance ------------------------------------------------------------------
+def test_check_healthy(capsys, ns):
+    code, out, err = run(capsys, "check", ns.uri)
+    assert code == 0, err
+    kv = kv_lines(out)
+    assert kv["manifest version"] == str(ns.version)
+    assert kv["partitions"] == "7"
+    assert kv["schema"] == kv["read versions"] == kv["uncommitted"] == "ok"
+    assert kv["orphans"] == "none"
+    assert kv["integrity"] == "ok (7 checked)"
+    assert out.splitlines()[-1] == "healthy"
+    doc = run_json(capsys, "check", ns.uri, "--sample", "2")
+    assert doc["healthy"] is True and doc["issues"] == 0
+    assert doc["integrity_partitions_checked"] == 2
+    assert doc["schema"] == doc["read_versions"] == doc["orphans"] == doc["integrity"] == []
+
+
+def test_check_reports_faults_and_exits_1(capsys, tmp_path):
+    ns, _, _ = make_ns(tmp_path / "ns")
+    broken = next(p for p in ns.partitions() if p["values"]["country"] == "FR")
+    shutil.rmtree(os.path.join(ns.uri, broken["location"]))
+    code, out, err = run(capsys, "check", ns.uri, "--max-width", "0")
+    assert code == 1
+    assert err == ""
+    assert kv_lines(out)["read versions"] == "1 unreadable table"
+    assert "unreadable tables:" in out
+    assert broken["object_id"] in out and "missing table" in out
+    assert out.splitlines()[-1] == "1 issue found"
+    code, out, _ = run(capsys, "check", ns.uri, "--json")
+    assert code == 1
+    doc = json.loads(out)
+    assert doc["healthy"] is False and doc["issues"] == 1
+    assert [(i["object_id"], i["problem"]) for i in doc["read_versions"]] == [
+        (broken["object_id"], "missing table")
+    ]
+
+
+def test_compact_cleanup_vacuum(capsys, tmp_path):
+    ns, _, second = make_ns(tmp_path / "ns")
+    rows = sorted(ns.to_table().to_pylist(), key=lambda r: r["id"])
+    us = next(
+        p for p in ns.partitions() if p["values"] == {"country": "US", "event_date_year": 2025}
+    )
+    doc = run_json(capsys, "compact", ns.uri)
+    assert doc["manifest_version"] == second + 1
+    assert doc["partitions"] == [[us["object_id"], 2, 1]]  # the one table appended to
+    assert doc["skipped"] == []
+    code, out, _ = run(capsys, "compact", ns.uri, "--filter", "country = 'US'")
+    assert code == 0 and "nothing to compact" in out
+
+    doc = run_json(capsys, "cleanup", ns.uri, "--older-than-days", "0", "--keep-versions", "1")
+    assert doc["manifest_versions_kept"] == 1
+    assert doc["manifest_versions_removed"] == second  # versions 1 .. second
+    assert doc["table_versions_removed"] >= 1
+    code, out, _ = run(capsys, "vacuum", ns.uri, "--grace-hours", "0")
+    assert code == 0
+    assert kv_lines(out)["orphans removed"] == "0"
+    fresh = PartitionedNamespace.open(ns.uri)
+    assert fresh.version == second + 1
+    assert sorted(fresh.to_table().to_pylist(), key=lambda r: r["id"]) == rows
+
+
+def test_drop_partitions(capsys, tmp_path):
+    ns, _, second = make_ns(tmp_path / "ns")
+    code, out, err = run(capsys, "drop-partitions", ns.uri, "--filter", "id < 1")
+    assert_error(code, out, err, "matches only some rows", "US", "Nothing was dropped")
+    assert PartitionedNamespace.open(ns.uri).version == second
+
+    code, out, _ = run(capsys, "drop-partitions", ns.uri, "--filter", "country = 'FR'")
+    assert code == 0
+    assert out.startswith(f"dropped 2 partitions (4 rows) in manifest version {second + 1}")
+    assert "country=FR" in out
+    doc = run_json(capsys, "drop-partitions", ns.uri, "--filter", "country = 'FR'")
+    assert doc["partitions"] == [] and doc["rows"] == 0
+    remaining = PartitionedNamespace.open(ns.uri)
+    assert {p["values"]["country"] for p in remaining.partitions()} == {"US", "DE", LONG_COUNTRY}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["drop-partitions", "x"], "required: --filter"),
+        (["compact", "x", "--version", "2"], "compact cannot use it"),
+        (["cleanup", "x", "--keep-versions", "0"], "expected an integer >= 1, got 0"),
+        (["vacuum", "x", "--grace-hours", "-1"], "expected a number >= 0, got -1"),
+        (["cleanup", "x", "--older-than-days", "soon"], "expected a number, got 'soon'"),
+    ],
+)
+def test_maintenance_usage_errors_exit_2(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert message in err
+
+
 # -- errors and usage --------------------------------------------------------------------------
 def test_error_missing_uri(capsys, tmp_path):
     missing = tmp_path / "nowhere"
