@@ -1,6 +1,7 @@
-"""Dagster layer: the IO manager storing assets as Lance partitioned namespaces (and, built on
-it, sensors and asset checks)."""
+"""Dagster layer: the IO manager storing assets as Lance partitioned namespaces and, built on it,
+asset checks, sensors and the maintenance job."""
 
+from .checks import build_lance_partitioned_checks
 from .handlers import UnsupportedTypeError
 from .io_manager import (
     EvolutionRefusedError,
@@ -9,14 +10,26 @@ from .io_manager import (
     column_schema,
 )
 from .layout import Layout, PartitionLayoutError, time_window
+from .maintenance import (
+    MaintenanceConfig,
+    build_lance_maintenance_job,
+    build_lance_maintenance_schedule,
+)
+from .sensors import build_lance_external_change_sensor, build_lance_schema_sensor
 
 __all__ = [
     "EvolutionRefusedError",
     "LancePartitionedIOManager",
     "Layout",
+    "MaintenanceConfig",
     "PartitionKeyMismatchError",
     "PartitionLayoutError",
     "UnsupportedTypeError",
+    "build_lance_external_change_sensor",
+    "build_lance_maintenance_job",
+    "build_lance_maintenance_schedule",
+    "build_lance_partitioned_checks",
+    "build_lance_schema_sensor",
     "column_schema",
     "time_window",
 ]

@@ -1,17 +1,20 @@
 """Sensors over partitioned namespaces: commits made outside the IO manager (Spark jobs, other
 pipelines, people) become runless materializations of exactly the partitions they changed, and
-runs of the downstream assets of those partitions."""
+runs of the downstream assets of those partitions; schema changes and partition tables that
+drifted from the namespace schema are recorded, adopted or reported."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
 
 from ..core.history import Commit, commits
-from .io_manager import COMMIT_SOURCE, LancePartitionedIOManager
+from .io_manager import COMMIT_SOURCE, LancePartitionedIOManager, column_schema
 from .watched import WatchedAsset, watched_assets
 
 # commits of these operations change how data is stored, not the data
@@ -154,3 +157,165 @@ def _downstream(
             for ck in child_keys
         ]
     return requests
+
+
+def build_lance_schema_sensor(
+    assets: Sequence[dg.AssetsDefinition | dg.AssetSpec],
+    io_manager: LancePartitionedIOManager,
+    *,
+    name: str = "lance_schema_evolution",
+    adopt_added_columns: bool = True,
+    repair_job: str | None = None,
+    minimum_interval_seconds: int = 300,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    """A sensor watching each namespace's schema: a change (column added, renamed, dropped,
+    widened) is recorded as an observation with the new ``dagster/column_schema``; a partition
+    table that drifted from it either has its new nullable columns adopted into the namespace
+    schema (``adopt_added_columns``) or fails the ``lance_schema_consistency`` check (and
+    requests a run of ``repair_job``, when given)."""
+    watched = watched_assets(assets, io_manager)
+
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        description="Watches the schemas of Lance partitioned namespaces and their tables.",
+    )
+    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        cursor: dict[str, dict[str, Any]] = json.loads(context.cursor) if context.cursor else {}
+        events: list[Any] = []
+        requests: list[dg.RunRequest] = []
+        for w in watched:
+            ns = w.open()
+            name_ = w.key.to_user_string()
+            if ns is None:
+                continue
+            seen = cursor.get(name_)
+            if seen is not None and seen["version"] == ns.version:
+                continue
+            fingerprint = _schema_fingerprint(ns)
+            if seen is not None and seen["schema"] != fingerprint:
+                before = w.open(seen["version"])
+                changes = schema_changes(before.schema_with_ids, ns.schema_with_ids)
+                events.append(_schema_observation(w, ns, changes))
+            drift = _drift(ns)
+            if drift.adoptable and adopt_added_columns:
+                ns.add_columns(list(drift.adoptable.values()))
+                changes = [
+                    f"adopted column {f.name!r} ({f.type}) found in partition tables"
+                    for f in drift.adoptable.values()
+                ]
+                events.append(_schema_observation(w, ns, changes))
+                fingerprint = _schema_fingerprint(ns)
+                drift = _drift(ns)
+            if drift.issues:
+                events.append(_drift_failure(w, ns, drift.issues))
+                if repair_job is not None:
+                    requests.append(
+                        dg.RunRequest(run_key=f"{name_}@v{ns.version}:repair", job_name=repair_job)
+                    )
+            cursor[name_] = {"version": ns.version, "schema": fingerprint}
+        return dg.SensorResult(
+            run_requests=requests, asset_events=events, cursor=json.dumps(cursor, sort_keys=True)
+        )
+
+    return _sensor
+
+
+def _schema_fingerprint(ns: Any) -> str:
+    import hashlib
+
+    return hashlib.sha1(ns.metadata.get("schema", "").encode()).hexdigest()
+
+
+def _field_ids(schema: pa.Schema) -> dict[int, pa.Field]:
+    return {
+        int(f.metadata[b"lance:field_id"]): f
+        for f in schema
+        if f.metadata and b"lance:field_id" in f.metadata
+    }
+
+
+def schema_changes(before: pa.Schema, after: pa.Schema) -> list[str]:
+    """How a namespace schema changed, column by column (matched by field id)."""
+    old, new = _field_ids(before), _field_ids(after)
+    out = []
+    for fid, f in new.items():
+        if fid not in old:
+            out.append(f"added column {f.name!r} ({f.type})")
+            continue
+        was = old[fid]
+        if was.name != f.name:
+            out.append(f"renamed column {was.name!r} to {f.name!r}")
+        if was.type != f.type:
+            out.append(f"widened column {f.name!r} from {was.type} to {f.type}")
+    out += [f"dropped column {f.name!r}" for fid, f in old.items() if fid not in new]
+    return out
+
+
+def _schema_observation(w: WatchedAsset, ns: Any, changes: list[str]) -> dg.AssetObservation:
+    return dg.AssetObservation(
+        w.key,
+        description="; ".join(changes) or "schema metadata changed",
+        metadata={
+            "dagster/column_schema": column_schema(ns.schema),
+            "lance/schema_changes": dg.MetadataValue.json(changes),
+            "lance/manifest_version": ns.version,
+        },
+    )
+
+
+@dataclasses.dataclass
+class _Drift:
+    issues: list[Any]
+    adoptable: dict[str, pa.Field]
+
+
+def _drift(ns: Any) -> _Drift:
+    """Partition tables disagreeing with the namespace schema; columns only the tables have
+    (nullable, one type everywhere) can be adopted into the namespace schema."""
+    import lance
+
+    from ..core import health, storage
+
+    issues = health.check_schemas(ns)
+    known = set(ns.schema.names)
+    pins = {p["object_id"]: p for p in ns.partitions()}
+    found: dict[str, set[pa.DataType]] = {}
+    for issue in issues:
+        if issue.column in known or issue.object_id not in pins:
+            continue
+        pin = pins[issue.object_id]
+        table = lance.dataset(
+            storage.join(ns.uri, pin["location"]),
+            version=pin["read_version"],
+            storage_options=ns.storage_options,
+        )
+        if issue.column in table.schema.names:
+            found.setdefault(issue.column, set()).add(table.schema.field(issue.column).type)
+    adoptable = {
+        name: pa.field(name, next(iter(types)), nullable=True)
+        for name, types in found.items()
+        if len(types) == 1
+    }
+    rest = [i for i in issues if i.column not in adoptable]
+    return _Drift(rest, adoptable)
+
+
+def _drift_failure(w: WatchedAsset, ns: Any, issues: list[Any]) -> dg.AssetCheckEvaluation:
+    offenders = [
+        {"table": i.location, "values": i.values, "column": i.column, "problem": i.problem}
+        for i in issues[:20]
+    ]
+    return dg.AssetCheckEvaluation(
+        asset_key=w.key,
+        check_name="lance_schema_consistency",
+        passed=False,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=f"{len(issues)} partition table schema problem(s) the sensor may not repair",
+        metadata={
+            "offenders": dg.MetadataValue.json(json.loads(json.dumps(offenders, default=str))),
+            "lance/manifest_version": ns.version,
+        },
+    )
