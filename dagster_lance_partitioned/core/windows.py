@@ -63,25 +63,9 @@ class TimeWindow:
         self._check_zone()
 
     def _check_zone(self) -> None:
-        """Refuse windows the zone's clock changes make ambiguous: hourly windows where a DST
-        shift is not a whole hour, and longer windows starting at a wall time the zone skips or
-        repeats (their rows could not be told apart from the neighbouring window's)."""
-        if _fixed_offset(self.timezone):
-            return
-        zone = zoneinfo.ZoneInfo(self.timezone)
-        for day, shift in _transitions(self.timezone):
-            if self.unit == "hour" and shift % dt.timedelta(hours=1):
-                raise SpecError(
-                    f"hourly windows in {self.timezone}: its clocks shift by "
-                    f"{shift.total_seconds() / 60:+.0f} minutes around {day}, not a whole hour"
-                )
-            if self.unit != "hour" and (self.hour_offset, self.minute_offset) != (0, 0):
-                t = dt.datetime.combine(day, dt.time(self.hour_offset, self.minute_offset), zone)
-                if t.utcoffset() != t.replace(fold=1).utcoffset():
-                    raise SpecError(
-                        f"{self.unit}ly windows starting at {t:%H:%M} in {self.timezone}: that "
-                        f"wall time is skipped or repeated on {day}; choose another offset"
-                    )
+        problem = _zone_problem(self.unit, self.timezone, self.hour_offset, self.minute_offset)
+        if problem:
+            raise SpecError(problem)
 
     @property
     def day(self) -> int:
@@ -166,6 +150,30 @@ class TimeWindow:
         if pa.types.is_timestamp(source) and source.tz is None:
             return start
         return start.replace(tzinfo=zone)
+
+
+@functools.lru_cache(maxsize=256)
+def _zone_problem(unit: str, timezone: str, hour: int, minute: int) -> str | None:
+    """Why the zone's clock changes make these windows ambiguous, if they do: hourly windows
+    where a DST shift is not a whole hour, and longer windows starting at a wall time the zone
+    skips or repeats (their rows could not be told apart from the neighbouring window's)."""
+    if _fixed_offset(timezone):
+        return None
+    zone = zoneinfo.ZoneInfo(timezone)
+    for day, shift in _transitions(timezone):
+        if unit == "hour" and shift % dt.timedelta(hours=1):
+            return (
+                f"hourly windows in {timezone}: its clocks shift by "
+                f"{shift.total_seconds() / 60:+.0f} minutes around {day}, not a whole hour"
+            )
+        if unit != "hour" and (hour, minute) != (0, 0):
+            t = dt.datetime.combine(day, dt.time(hour, minute), zone)
+            if t.utcoffset() != t.replace(fold=1).utcoffset():
+                return (
+                    f"{unit}ly windows starting at {t:%H:%M} in {timezone}: that wall time is "
+                    f"skipped or repeated on {day}; choose another offset"
+                )
+    return None
 
 
 @functools.lru_cache(maxsize=64)
