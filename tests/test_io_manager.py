@@ -164,6 +164,14 @@ def output_metadata(result: dg.ExecuteInProcessResult, node: str) -> list[dict[s
     ]
 
 
+def row_counts(result: dg.ExecuteInProcessResult, node: str) -> dict[str, int]:
+    """Each materialized key's own ``dagster/partition_row_count``."""
+    return {
+        str(mat.partition): mat.metadata["dagster/partition_row_count"].value
+        for mat in result.asset_materializations_for_node(node)
+    }
+
+
 def failure_text(result: dg.ExecuteInProcessResult) -> str:
     """Every step failure's error message and the messages of its causes."""
     parts = []
@@ -385,8 +393,14 @@ def test_31_day_single_run_range_is_one_manifest_commit(tmp_path):
     assert {m["lance/partitions_written"] for m in metas} == {31}
     jan_rows = rows_for_keys(january).num_rows
     assert {m["lance/rows_written"] for m in metas} == {jan_rows}
-    counts = metas[0]["lance/partition_row_counts"]
-    assert counts == {d.isoformat(): rows_on(d).num_rows for d in january}
+    assert row_counts(result, "flights_daily") == {
+        d.isoformat(): rows_on(d).num_rows for d in january
+    }
+    for meta in metas:  # each event names only its own key's table
+        assert len(meta["lance/read_versions"]) == 1
+    assert set().union(*(m["lance/read_versions"] for m in metas)) == {
+        p["object_id"] for p in ns.partitions() if next(iter(p["values"].values())) in january
+    }
     props = ManifestStore(ns.uri).commit_properties(ns.version)
     assert props is not None and props["dagster.run_id"] == result.run_id
     assert json.loads(props["dagster.partition_keys"]) == [d.isoformat() for d in january]
@@ -445,7 +459,7 @@ def test_date_x_origin_box_in_one_commit_and_daily_downstream_reads_all_origins(
     assert by_partition[key_lga] == lga_before[key_lga]
     metas = output_metadata(result, "flights_by_origin")
     assert len(metas) == 6 and {m["lance/manifest_version"] for m in metas} == {ns.version}
-    assert set(metas[0]["lance/partition_row_counts"]) == {f"{d}|{o}" for d, o in box}
+    assert set(row_counts(result, "flights_by_origin")) == {f"{d}|{o}" for d, o in box}
 
     # a daily downstream reads every origin of its date, and nothing of other dates
     materialize(
@@ -515,7 +529,7 @@ def test_a_targeted_key_without_rows_becomes_empty(tmp_path):
 
     ns = open_ns(tmp_path, "flights_daily")
     assert ids(ns.to_table()) == ids(rows_for_keys(["2013-01-01", "2013-01-03"]))
-    counts = output_metadata(result, "flights_daily")[0]["lance/partition_row_counts"]
+    counts = row_counts(result, "flights_daily")
     assert counts == {
         "2013-01-01": rows_on("2013-01-01").num_rows,
         "2013-01-02": 0,
@@ -644,12 +658,12 @@ def test_new_york_daily_partitions_across_dst_changes(tmp_path):
         [readings], tmp_path, instance=instance, range_=("2024-03-09", "2024-03-11")
     )
     fall = materialize([readings], tmp_path, instance=instance, range_=("2024-11-02", "2024-11-04"))
-    assert output_metadata(spring, "readings")[0]["lance/partition_row_counts"] == {
+    assert row_counts(spring, "readings") == {
         "2024-03-09": 25,
         "2024-03-10": 24,  # a 23-hour day: midnight + 23 half-hours
         "2024-03-11": 25,
     }
-    assert output_metadata(fall, "readings")[0]["lance/partition_row_counts"] == {
+    assert row_counts(fall, "readings") == {
         "2024-11-02": 25,
         "2024-11-03": 26,  # a 25-hour day: 01:30 happens twice
         "2024-11-04": 25,

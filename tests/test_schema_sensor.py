@@ -143,6 +143,27 @@ def test_disallowed_drift_fails_the_check_and_requests_the_repair_job(tmp_path):
     assert lake.tick().run_requests == []  # not again for the same manifest version
 
 
+def test_sensor_results_applied_to_the_instance_show_schema_and_failed_check(tmp_path):
+    """What the sensor daemon does with a SensorResult: the observation becomes the asset's
+    latest column schema, the evaluation the asset's latest (failed) check result."""
+    lake = Lake(str(tmp_path / "lake"), adopt_added_columns=False)
+    lake.materialize("2013-01-02")
+    lake.tick()
+    lake.ns.add_columns(pa.field("gate", pa.utf8()))
+    lake.drift("2013-01-02", pa.table({"day": [dt.date(2013, 1, 2)], "v": ["x"]}))
+    for event in lake.tick().asset_events:
+        lake.instance.report_runless_asset_event(event)
+    key = dg.AssetKey("events")
+    record = lake.instance.fetch_observations(key, limit=1).records[0]
+    obs = record.asset_observation
+    assert obs is not None and "gate" in columns_of(obs)
+    check_key = dg.AssetCheckKey(key, "lance_schema_consistency")
+    [latest] = lake.instance.event_log_storage.get_asset_check_execution_history(check_key, 1)
+    evaluation = latest.event.dagster_event.event_specific_data
+    assert evaluation.passed is False
+    assert [o["column"] for o in evaluation.metadata["offenders"].value] == ["v"]
+
+
 def test_schema_changes_match_columns_by_field_id():
     def with_id(name: str, t: pa.DataType, fid: int) -> pa.Field:
         return pa.field(name, t, metadata={"lance:field_id": str(fid)})

@@ -167,9 +167,14 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
                 raise self._stray_row(layout, keys, ns.schema, None, sample) from e
             raise
         ns.refresh()
-        context.add_output_metadata(
-            self._output_metadata(ns, asset, uri, result, keys, layout, handler, spec_changed)
-        )
+        shared = self._output_metadata(ns, asset, uri, result, keys, layout, handler, spec_changed)
+        if keys is not None and len(keys) > 1 and layout is not None and result is not None:
+            per_key = _per_key_metadata(result, keys, layout)
+            if not _add_partition_metadata(context, per_key):
+                shared["lance/partition_row_counts"] = dg.MetadataValue.json(
+                    {k: m["dagster/partition_row_count"] for k, m in per_key.items()}
+                )
+        context.add_output_metadata(shared)
 
     def _open(self, uri: str) -> PartitionedNamespace | None:
         try:
@@ -326,21 +331,14 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             "lance/spec_updated": spec_changed,
             "lance/partitions_written": len(result.partitions) if result else 0,
             "lance/bytes_written": result.bytes_written if result else 0,
-            "lance/read_versions": dg.MetadataValue.json(result.read_versions if result else {}),
             "lance/engine": handler.engine or "arrow",
         }
-        if keys is None:
-            meta["dagster/row_count"] = rows
-        elif len(keys) == 1:
-            meta["dagster/partition_row_count"] = rows
-        else:  # one event per key carries this metadata: give every key its own count
+        if keys is None or len(keys) == 1:
+            versions = result.read_versions if result else {}
+            meta["lance/read_versions"] = dg.MetadataValue.json(versions)
+            meta["dagster/row_count" if keys is None else "dagster/partition_row_count"] = rows
+        else:  # each key's own count and tables go on its own event (_per_key_metadata)
             meta["lance/rows_written"] = rows
-            if layout is not None and result is not None:
-                counts = dict.fromkeys(keys, 0)
-                for p in result.partitions:
-                    key = layout.key_of(list(p.values.values()))
-                    counts[key] = counts.get(key, 0) + p.rows
-                meta["lance/partition_row_counts"] = dg.MetadataValue.json(counts)
         if result is not None and result.removed:
             meta["lance/partitions_removed"] = len(result.removed)
         return meta
@@ -454,3 +452,35 @@ def column_schema(schema: pa.Schema) -> dg.TableSchema:
             for f in schema
         ]
     )
+
+
+def _per_key_metadata(
+    result: WriteResult, keys: Sequence[str], layout: Layout
+) -> dict[str, dict[str, Any]]:
+    """For each key of a multi-key run: its row count and the read versions of its tables."""
+    rows = dict.fromkeys(keys, 0)
+    versions: dict[str, dict[str, int]] = {k: {} for k in keys}
+    for p in result.partitions:
+        key = layout.key_of(list(p.values.values()))
+        rows[key] = rows.get(key, 0) + p.rows
+        versions.setdefault(key, {})[p.object_id] = p.read_version
+    return {
+        k: {
+            "dagster/partition_row_count": rows[k],
+            "lance/read_versions": dg.MetadataValue.json(versions.get(k, {})),
+        }
+        for k in keys
+    }
+
+
+def _add_partition_metadata(context: dg.OutputContext, per_key: dict[str, dict]) -> bool:
+    """Attach each key's metadata to that key's materialization only (so a backfill of N keys
+    stores N small events, not N copies of every key's numbers); False for a context built
+    outside a run, which has no step to attach them to."""
+    try:
+        step = context.step_context
+    except dg.DagsterInvariantViolationError:
+        return False
+    for key, meta in per_key.items():
+        step.add_asset_metadata(meta, asset_key=context.asset_key, partition_key=key)
+    return True
