@@ -286,6 +286,7 @@ def resources(root: str | None = None, spark_master: str | None = None) -> dict:
             spark_config={
                 "spark.master": master,
                 "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
                 "spark.sql.session.timeZone": "UTC",
                 "spark.sql.shuffle.partitions": "4",
                 "spark.sql.python.filterPushdown.enabled": "true",

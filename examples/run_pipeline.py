@@ -33,6 +33,10 @@ JFK_JAN_2 = (
 )
 
 
+# Dagster's console logger prints every event at DEBUG; --verbose restores that
+RUN_CONFIG: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
 def _range(first: str, last: str) -> dict[str, str]:
     return {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
 
@@ -42,7 +46,12 @@ def _run(
 ) -> None:
     t0 = time.perf_counter()
     result = dg.materialize(
-        pipeline.ASSETS, selection=assets, instance=instance, resources=resources, **kw
+        pipeline.ASSETS,
+        selection=assets,
+        instance=instance,
+        resources=resources,
+        run_config=RUN_CONFIG,
+        **kw,
     )
     assert result.success, label
     events = result.get_asset_materialization_events()
@@ -61,6 +70,7 @@ def _operations(pipeline: Any, instance: dg.DagsterInstance, root: str) -> None:
         selection=dg.AssetSelection.all_asset_checks(),
         instance=instance,
         resources=pipeline.RESOURCES,
+        run_config=RUN_CONFIG,
     )
     evaluations = checks.get_asset_check_evaluations()
     failed = [f"{e.asset_key.to_user_string()}:{e.check_name}" for e in evaluations if not e.passed]
@@ -89,7 +99,7 @@ def _operations(pipeline: Any, instance: dg.DagsterInstance, root: str) -> None:
     assert requested == ["flight_delays_enriched 2013-01-02"]
 
     job = pipeline.defs.get_job_def("lance_maintenance")
-    result = job.execute_in_process(instance=instance)
+    result = job.execute_in_process(instance=instance, run_config=RUN_CONFIG)
     assert result.success
     compacted = sum(
         len(
@@ -108,7 +118,10 @@ def main() -> None:
     ap.add_argument("--root", default=os.environ.get("DLP_ROOT", "data/pipeline"))
     ap.add_argument("--days", type=int, default=31, help="how many days of January 2013")
     ap.add_argument("--dagster-home", default=None, help="instance directory (default: temp)")
+    ap.add_argument("--verbose", action="store_true", help="print Dagster's event log")
     args = ap.parse_args()
+    if args.verbose:
+        RUN_CONFIG.clear()
     root = os.path.abspath(args.root)
     shutil.rmtree(root, ignore_errors=True)
     home = args.dagster_home or tempfile.mkdtemp(prefix="dlp-dagster-home-")
@@ -173,7 +186,7 @@ def main() -> None:
         f"tables; JFK on 2013-01-02 reads {len(plan.tasks)} of {plan.total_partitions}"
     )
     top = monthly.to_table().sort_by([("flights", "descending")]).slice(0, 5).to_pylist()
-    print("busiest carriers in January 2013:")
+    print(f"busiest carriers, 2013-01-01 .. {last}:")
     for row in top:
         print(
             f"  {row['carrier']} {row['airline']:<28} {row['flights']:>6,} flights, "

@@ -287,3 +287,17 @@ def test_storage_and_filter_options():
     assert opt.columns(options) == ["id"]
     with pytest.raises(opt.SparkOptionError, match="version"):
         opt.version({"version": "latest"})
+
+
+def test_register_twice_is_a_no_op(spark, tmp_path):
+    """Registering again in a session changes nothing (Spark would log a replacement warning)."""
+    from dagster_lance_partitioned.spark import register
+
+    uri = str(tmp_path / "ns")
+    ns = PartitionedNamespace.create(uri, SCHEMA, [PartitionField.identity("country")])
+    ns.write(sample_table())
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    register(spark)
+    register(spark)
+    assert spark.conf.get("spark.sql.python.filterPushdown.enabled") == "true"
+    assert spark.read.format(FORMAT).load(uri).count() == ns.count_rows()

@@ -294,7 +294,7 @@ class ManifestStore:
     def create(self, rows: pa.Table, metadata: dict[str, str]) -> lance.LanceDataset:
         """Create ``__manifest`` holding ``rows``, then set its table ``metadata``."""
         frags = write_fragments(
-            rows, self.uri, schema=rows.schema, storage_options=self.storage_options
+            rows, self.uri, schema=rows.schema, mode="create", storage_options=self.storage_options
         )
         ds = lance.LanceDataset.commit(
             self.uri,

@@ -332,7 +332,7 @@ class PartitionWriter:
                     table,
                     self._uri(pending),
                     schema=self.write_schema,
-                    mode="append" if pending.existing is None else "overwrite",
+                    mode="create" if pending.existing is None else "overwrite",
                     max_rows_per_file=MAX_ROWS_PER_FILE,
                     storage_options=self.store.storage_options,
                 )

@@ -32,10 +32,16 @@ _SESSION_CONF = {
     "spark.sql.timeType.enabled": "true",
 }
 
+_REGISTERED = "spark.dagster_lance_partitioned.registered"
+_MARK = f"{LancePartitionedDataSource.__module__}.{LancePartitionedDataSource.__qualname__}"
+
 
 def register(spark: SparkSession) -> None:
     """Register the ``lance_partitioned`` format with ``spark`` and switch on Python data source
     filter pushdown (and the TIME type) for the session."""
     for key, value in _SESSION_CONF.items():
         spark.conf.set(key, value)
+    if spark.conf.get(_REGISTERED, None) == _MARK:  # once per session: Spark warns on repeats
+        return
     spark.dataSource.register(LancePartitionedDataSource)
+    spark.conf.set(_REGISTERED, _MARK)
