@@ -15,6 +15,7 @@ Modes: ``append``; ``overwrite`` replaces the whole table; ``overwrite`` with op
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import json
@@ -154,7 +155,10 @@ class LancePartitionedWriter(DataSourceArrowWriter):
         """Commit every partition table once, then the single ``__manifest`` commit."""
         result = self.staged.commit(_results(messages))
         if self.result_path:
-            save_result(self.result_path, result)
+            # OSError: the process that started the write runs elsewhere (a remote Spark
+            # Connect server); the commit stands, that process finds no result
+            with contextlib.suppress(OSError):
+                save_result(self.result_path, result)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing becomes visible; staged fragments are left as orphans."""
