@@ -232,26 +232,14 @@ def _calendar_shapes(*, refused: bool) -> list[Any]:
         for unit, minute, hour, day_offset, spread in shapes:
             if ambiguous_wall_time(zone, hour, minute) != refused:
                 continue
+            shape = (unit, zone, minute, hour, day_offset)
             if refused:
-                cases.append(
-                    pytest.param(
-                        unit,
-                        zone,
-                        minute,
-                        hour,
-                        day_offset,
-                        id=f"{unit}-{zone}-{hour:02d}:{minute:02d}",
-                    )
-                )
+                cases.append(pytest.param(*shape, id=f"{unit}-{zone}-{hour:02d}:{minute:02d}"))
                 continue
             for source in (DATE, NAIVE, MS_UTC, US_NY):
                 cases.append(
                     pytest.param(
-                        unit,
-                        zone,
-                        minute,
-                        hour,
-                        day_offset,
+                        *shape,
                         spread,
                         source,
                         id=f"{unit}-{zone}-d{day_offset}-{hour:02d}:{minute:02d}-{source}",

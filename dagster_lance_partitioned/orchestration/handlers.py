@@ -176,7 +176,7 @@ class SparkHandler(TypeHandler):
         from ..spark import register, write_dataframe
 
         register(obj.sparkSession)  # idempotent; the session may not know the format yet
-        before = ns.refresh().version
+        before = ns.version  # commits since are searched for this write's properties
         result = write_dataframe(
             obj,
             ns.uri,

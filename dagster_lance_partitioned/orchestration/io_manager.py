@@ -462,12 +462,13 @@ def _per_key_metadata(
     versions: dict[str, dict[str, int]] = {k: {} for k in keys}
     for p in result.partitions:
         key = layout.key_of(list(p.values.values()))
-        rows[key] = rows.get(key, 0) + p.rows
-        versions.setdefault(key, {})[p.object_id] = p.read_version
+        if key in rows:  # partitions of other keys (an older spec's) belong to no event
+            rows[key] += p.rows
+            versions[key][p.object_id] = p.read_version
     return {
         k: {
             "dagster/partition_row_count": rows[k],
-            "lance/read_versions": dg.MetadataValue.json(versions.get(k, {})),
+            "lance/read_versions": dg.MetadataValue.json(versions[k]),
         }
         for k in keys
     }

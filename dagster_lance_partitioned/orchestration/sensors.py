@@ -6,6 +6,7 @@ drifted from the namespace schema are recorded, adopted or reported."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
+from ..core.arrow_json import field_id
 from ..core.history import Commit, commits
 from .io_manager import COMMIT_SOURCE, LancePartitionedIOManager, column_schema
 from .watched import WatchedAsset, watched_assets
@@ -224,17 +226,11 @@ def build_lance_schema_sensor(
 
 
 def _schema_fingerprint(ns: Any) -> str:
-    import hashlib
-
     return hashlib.sha1(ns.metadata.get("schema", "").encode()).hexdigest()
 
 
 def _field_ids(schema: pa.Schema) -> dict[int, pa.Field]:
-    return {
-        int(f.metadata[b"lance:field_id"]): f
-        for f in schema
-        if f.metadata and b"lance:field_id" in f.metadata
-    }
+    return {i: f for f in schema if (i := field_id(f)) is not None}
 
 
 def schema_changes(before: pa.Schema, after: pa.Schema) -> list[str]:
