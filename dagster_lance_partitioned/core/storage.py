@@ -48,7 +48,7 @@ def manifest_exists(manifest_uri: str, storage_options: dict[str, str] | None = 
     if path is not None:
         return os.path.isdir(os.path.join(path, "_versions"))
     try:
-        fs, p = pafs.FileSystem.from_uri(manifest_uri)
+        fs, p = filesystem(manifest_uri, storage_options)
         info = fs.get_file_info(pafs.FileSelector(p + "/_versions", allow_not_found=True))
         return bool(info)
     except Exception:
