@@ -25,8 +25,7 @@ from lance import LanceOperation
 from lance.fragment import write_fragments
 
 from . import arrow_json, storage
-from .errors import PartitionedNamespaceError, SchemaError, WriteError
-from .evolution import live_schema
+from .errors import PartitionedNamespaceError, WriteError
 from .filters import FilterLike, to_sql
 from .health import (
     Pin,
@@ -42,7 +41,8 @@ from .health import (
     table_tags,
     version_files,
 )
-from .manifest import SCHEMA_KEY, SEP, ManifestEdit, ManifestSnapshot
+from .manifest import SEP, ManifestEdit, ManifestSnapshot
+from .namespace import _load_snapshot, snapshot_schema
 from .planning import ScanTask, plan_scan
 from .scan import iter_task_batches, lance_filter, open_table
 from .writer import WRITER_ID
@@ -139,20 +139,6 @@ def _refuse_pinned(ns: PartitionedNamespace, what: str) -> None:
             f"{ns.uri} was opened at manifest version {ns.version}; "
             f"open it without a version to {what}"
         )
-
-
-def _load(ds: lance.LanceDataset) -> ManifestSnapshot:
-    from .namespace import _load_snapshot
-
-    return _load_snapshot(ds)
-
-
-def _schema_of(snap: ManifestSnapshot) -> pa.Schema:
-    """The namespace schema (with field ids, without dropped columns) of a manifest version."""
-    try:
-        return live_schema(arrow_json.schema_from_json(snap.metadata[SCHEMA_KEY]))
-    except (KeyError, ValueError) as e:
-        raise SchemaError(f"__manifest version {snap.version}: bad namespace schema: {e}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -256,7 +242,7 @@ def compact(
         return edit
 
     try:
-        snap = ns._store.commit(_load, plan_commit)
+        snap = ns._store.commit(_load_snapshot, plan_commit)
         version = snap.version
     except _NothingToCommit:
         version = ns.refresh().version
@@ -512,7 +498,7 @@ def drop_partitions(ns: PartitionedNamespace, filter: FilterLike) -> DropResult:
 
     def plan_commit(snap: ManifestSnapshot) -> ManifestEdit:
         dropped.clear()
-        schema = _schema_of(snap)
+        schema = snapshot_schema(snap, f"{ns.uri} (__manifest version {snap.version})")
         tasks = list(plan_scan(snap, schema, ns.uri, sql).tasks)
         counts = parallel_map(lambda t: count(t, schema), tasks)
         partial = [t for t, (match, rows) in zip(tasks, counts, strict=True) if 0 < match < rows]
@@ -542,7 +528,7 @@ def drop_partitions(ns: PartitionedNamespace, filter: FilterLike) -> DropResult:
         return edit
 
     try:
-        version = ns._store.commit(_load, plan_commit).version
+        version = ns._store.commit(_load_snapshot, plan_commit).version
     except _NothingToCommit:
         dropped.clear()
         version = ns.refresh().version

@@ -44,6 +44,14 @@ if TYPE_CHECKING:
     from .maintenance import CleanupResult, CompactResult, DropResult, VacuumResult
 
 
+def snapshot_schema(snap: ManifestSnapshot, where: str) -> pa.Schema:
+    """The namespace schema of a manifest version, with field ids, without dropped columns."""
+    try:
+        return live_schema(arrow_json.schema_from_json(snap.metadata[SCHEMA_KEY]))
+    except (ValueError, json.JSONDecodeError) as e:
+        raise SchemaError(f"{where}: namespace schema is not valid JSON: {e}") from None
+
+
 def _load_snapshot(ds: Any) -> ManifestSnapshot:
     metadata = dict(ds.metadata)
     specs = specs_from_metadata(metadata)
@@ -142,12 +150,7 @@ class PartitionedNamespace:
     def schema_with_ids(self) -> pa.Schema:
         """The namespace schema with ``lance:field_id`` on every field."""
         if self._schema_cache is None or self._schema_cache[0] != self.version:
-            raw = self._snapshot.metadata[SCHEMA_KEY]
-            try:
-                parsed = live_schema(arrow_json.schema_from_json(raw))  # without dropped columns
-            except (ValueError, json.JSONDecodeError) as e:
-                raise SchemaError(f"{self.uri}: namespace schema is not valid JSON: {e}") from None
-            self._schema_cache = (self.version, parsed)
+            self._schema_cache = (self.version, snapshot_schema(self._snapshot, self.uri))
         return self._schema_cache[1]
 
     @property
