@@ -6,6 +6,8 @@ All derive from :class:`PartitionedNamespaceError`.
 
 from __future__ import annotations
 
+import re
+
 
 class PartitionedNamespaceError(Exception):
     """Base class of every error raised by this package."""
@@ -86,3 +88,49 @@ class UnnamedPartitionError(WriteError):
         super().__init__(message)
         self.values = values
         self.sample = sample
+
+
+class PathEscapeError(PartitionedNamespaceError):
+    """A manifest location (or branch / tag name) points outside the namespace root: absolute,
+    a URI, or climbing out with ``..``. Nothing was read, written or deleted through it."""
+
+    def __init__(self, message: str, object_id: str | None = None, location: str | None = None):
+        super().__init__(message)
+        self.object_id = object_id
+        self.location = location
+
+
+class StorageError(PartitionedNamespaceError):
+    """A Lance or Arrow read/write failed (missing or corrupt file, unreachable store); names
+    the namespace, the object and the path involved."""
+
+    def __init__(
+        self,
+        message: str,
+        namespace: str | None = None,
+        object_id: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.namespace = namespace
+        self.object_id = object_id
+        self.path = path
+
+
+class ConditionalPutUnsupportedError(WriteError):
+    """The object store ignores put-if-absent (``If-None-Match``), which Lance's commits rely on:
+    concurrent writers would silently lose commits. Nothing was written."""
+
+
+class VersionGoneError(WriteError):
+    """A table version a write was about to register no longer exists (removed by a concurrent
+    cleanup or vacuum); the manifest commit was not made, nothing of the write is visible."""
+
+
+_RUST_LOCATION = re.compile(r",?\s*/?(?:[\w.\-]+/)*[\w.\-]+\.rs:\d+:\d+")
+
+
+def clean_message(error: BaseException | str) -> str:
+    """An exception's message without Lance's internal Rust source locations."""
+    text = str(error)
+    return _RUST_LOCATION.sub("", text).strip().rstrip(",")
