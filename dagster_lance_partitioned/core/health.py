@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from . import arrow_json, storage
 from .conform import column_ids, column_sources, conform_for_read
-from .errors import SchemaError
+from .errors import PathEscapeError, SchemaError
 from .evolution import full_schema, is_widening
 from .hive import fill_constants, identity_constants
 from .manifest import MANIFEST_DIR, ManifestSnapshot, ManifestStore, TableEntry
@@ -292,16 +292,25 @@ def history_versions(on_storage: Sequence[int], base: int, history: int | None) 
     return sorted({base, *newest, *(v for v in on_storage if v > base)})
 
 
-def table_pins(store: ManifestStore, version: int) -> dict[str, set[Pin]]:
-    """Table location -> pins of every table row of one manifest version (one read)."""
+def table_pins(store: ManifestStore, version: int, strict: bool = True) -> dict[str, set[Pin]]:
+    """Table location -> pins of every table row of one manifest version (one read).
+
+    A location (or branch / tag) outside the root raises :class:`PathEscapeError` when
+    ``strict``, else the row is left out."""
     ds = store.dataset(version)
     names = set(ds.schema.names)
     wanted = [c for c in ("location", "read_version", "read_branch", "read_tag") if c in names]
-    rows = ds.to_table(columns=wanted, filter="object_type = 'table'").to_pylist()
+    rows = ds.to_table(columns=["object_id", *wanted], filter="object_type = 'table'").to_pylist()
     out: dict[str, set[Pin]] = {}
     for row in rows:
         location = row.get("location")
         if location is None:
+            continue
+        try:
+            _check_row(row["object_id"], location, row.get("read_branch"), row.get("read_tag"))
+        except PathEscapeError:
+            if strict:
+                raise
             continue
         rv = row.get("read_version")
         pin = Pin(None if rv is None else int(rv), row.get("read_branch"), row.get("read_tag"))
@@ -309,19 +318,33 @@ def table_pins(store: ManifestStore, version: int) -> dict[str, set[Pin]]:
     return out
 
 
+def _check_row(object_id: str, location: str, branch: str | None, tag: str | None) -> None:
+    storage.check_location(location, object_id)
+    storage.check_ref_name(branch, object_id, "read_branch")
+    storage.check_ref_name(tag, object_id, "read_tag")
+
+
 def referenced_pins(
     store: ManifestStore,
     versions: Iterable[int],
     known: ManifestSnapshot | None = None,
+    strict: bool = True,
 ) -> dict[str, set[Pin]]:
     """Table location -> every pin of it in the manifest ``versions`` (``known`` is a snapshot
-    already in memory, used instead of reading its version again)."""
+    already in memory, used instead of reading its version again); see :func:`table_pins` for
+    ``strict``."""
     todo = [v for v in versions if known is None or v != known.version]
     out: dict[str, set[Pin]] = {}
     if known is not None and known.version in set(versions):
         for t in known.tables():
+            try:
+                _check_row(t.object_id, t.location, t.read_branch, t.read_tag)
+            except PathEscapeError:
+                if strict:
+                    raise
+                continue
             out.setdefault(t.location, set()).add(pin_of(t))
-    for pins in parallel_map(lambda v: table_pins(store, v), todo):
+    for pins in parallel_map(lambda v: table_pins(store, v, strict), todo):
         for location, found in pins.items():
             out.setdefault(location, set()).update(found)
     return out
@@ -374,7 +397,9 @@ def open_entry(
     root: str, entry: TableEntry, storage_options: dict[str, str] | None = None
 ) -> lance.LanceDataset:
     """A registered table at the state its manifest row pins (raises when it cannot)."""
-    uri = storage.join(root, entry.location)
+    uri = storage.table_uri(root, entry.location, entry.object_id)
+    storage.check_ref_name(entry.read_branch, entry.object_id, "read_branch")
+    storage.check_ref_name(entry.read_tag, entry.object_id, "read_tag")
     if entry.read_branch is not None:
         ds = lance.dataset(uri, storage_options=storage_options)
         return ds.checkout_version((entry.read_branch, entry.read_version))
@@ -477,7 +502,7 @@ def check_read_versions(
     store = ns._store
     snap = ns._snapshot
     versions = history_versions(manifest_versions(store), ns.version, history)
-    refs = referenced_pins(store, versions, known=snap)
+    refs = referenced_pins(store, versions, known=snap, strict=False)
     opts = ns.storage_options
 
     def problem(entry: TableEntry, listing: TableListing) -> tuple[str, str, int | None]:
@@ -519,6 +544,13 @@ def check_read_versions(
     ) -> tuple[VersionIssue | None, UncommittedVersion | None]:
         entry, spec = item
         values = entry.partition_values(spec)
+        try:
+            _check_row(entry.object_id, entry.location, entry.read_branch, entry.read_tag)
+        except PathEscapeError as e:
+            issue = VersionIssue(
+                entry.object_id, entry.location, values, "location outside the root", str(e)
+            )
+            return issue, None
         if entry.read_branch is not None:  # branch versions live under tree/: only resolved
             try:
                 open_entry(ns.uri, entry, opts)
@@ -632,7 +664,8 @@ def find_orphans(ns: PartitionedNamespace, history: int | None = None) -> list[O
     store = ns._store
     on_storage = manifest_versions(store)
     versions = history_versions(on_storage, on_storage[-1], history)
-    return orphans_among(ns.uri, referenced_pins(store, versions), ns.storage_options)
+    refs = referenced_pins(store, versions, strict=False)  # escaping rows are reported elsewhere
+    return orphans_among(ns.uri, refs, ns.storage_options)
 
 
 def orphans_among(

@@ -355,6 +355,9 @@ def cleanup(
     store = ns._store
     cutoff = time.time() - older_than.total_seconds()
     manifest = store.dataset()
+    # every location any manifest version names must lie inside the root before anything is
+    # removed (a hostile row raises PathEscapeError here, with nothing deleted)
+    referenced_pins(store, manifest_versions(store))
     stats = manifest.cleanup_old_versions(
         older_than=older_than,
         retain_versions=keep_manifest_versions,

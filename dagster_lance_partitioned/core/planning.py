@@ -197,10 +197,12 @@ def projector(spec: PartitionSpec, schema: pa.Schema) -> SpecProjector:
 
 def _task(entry: TableEntry, spec: PartitionSpec, root: str, schema: pa.Schema) -> ScanTask:
     values = entry.partition_values(spec)
+    storage.check_ref_name(entry.read_branch, entry.object_id, "read_branch")
+    storage.check_ref_name(entry.read_tag, entry.object_id, "read_tag")
     return ScanTask(
         entry.object_id,
         entry.location,
-        storage.join(root, entry.location),
+        storage.table_uri(root, entry.location, entry.object_id),
         None if entry.read_version is None else int(entry.read_version),
         entry.read_branch,
         entry.read_tag,

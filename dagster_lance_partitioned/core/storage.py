@@ -11,6 +11,8 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
+from .errors import PathEscapeError
+
 
 def is_uri(path: str) -> bool:
     """Whether ``path`` has a scheme (``s3://``, ``file://``, ...)."""
@@ -26,12 +28,64 @@ def normalize_root(root: str | os.PathLike[str]) -> str:
 
 
 def join(root: str, relative: str) -> str:
-    """``relative`` under ``root``; absolute locations and URIs are returned as they are."""
-    if is_uri(relative) or os.path.isabs(relative):
-        return relative
+    """``relative`` (a path inside the root, see :func:`check_location`) under ``root``."""
+    check_location(relative)
     if is_uri(root):
         return f"{root.rstrip('/')}/{relative}"
     return os.path.join(root, relative)
+
+
+def location_problem(location: object) -> str | None:
+    """Why ``location`` is not a path strictly inside a namespace root (None: it is)."""
+    if not isinstance(location, str) or not location:
+        return "it is empty"
+    if "\x00" in location:
+        return "it contains a NUL character"
+    if is_uri(location):
+        return "it is a URI"
+    if location.startswith(("/", "\\")) or os.path.isabs(location) or location[1:3] == ":\\":
+        return "it is an absolute path"
+    if "\\" in location:
+        return "it contains a backslash"
+    if any(part in ("", ".", "..") for part in location.split("/")):
+        return "it has an empty, '.' or '..' path segment"
+    return None
+
+
+def check_location(location: object, object_id: str | None = None, what: str = "location") -> str:
+    """``location`` itself when it is a relative path strictly inside the root; otherwise
+    :class:`PathEscapeError` naming the object and the location (nothing is touched)."""
+    problem = location_problem(location)
+    if problem is not None:
+        owner = f"{object_id}: " if object_id else ""
+        raise PathEscapeError(
+            f"{owner}{what} {location!r} is not inside the namespace root ({problem}); "
+            "refusing to read, write or delete through it",
+            object_id,
+            location if isinstance(location, str) else None,
+        )
+    return location  # type: ignore[return-value]
+
+
+def table_uri(root: str, location: str, object_id: str | None = None) -> str:
+    """The URI of the partition table at manifest ``location`` (strictly inside ``root``)."""
+    check_location(location, object_id)
+    return join(root, location)
+
+
+def check_ref_name(name: str | None, object_id: str | None, what: str) -> None:
+    """Refuse a ``read_branch`` / ``read_tag`` value that could name a path outside its table."""
+    if name is None:
+        return
+    problem = location_problem(name)
+    if problem is None and name.startswith("-"):
+        problem = "it starts with '-'"
+    if problem is not None:
+        raise PathEscapeError(
+            f"{object_id}: {what} {name!r} is not a safe name ({problem}); refusing to use it",
+            object_id,
+            name,
+        )
 
 
 def local_path(uri: str) -> str | None:
@@ -158,10 +212,6 @@ def delete_tree(uri: str, storage_options: dict[str, str] | None = None) -> None
 
 
 def relative_to(root: str, location: str) -> str | None:
-    """``location`` (relative, absolute or a URI) relative to ``root``; None when outside it."""
-    if not (is_uri(location) or os.path.isabs(location)):
-        return location.strip("/")
-    base = root.rstrip("/") + "/"
-    if location.startswith(base):
-        return location[len(base) :].strip("/")
-    return None
+    """``location`` as a path inside ``root``; None when it is not one (see
+    :func:`location_problem`)."""
+    return None if location_problem(location) is not None else location

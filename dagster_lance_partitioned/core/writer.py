@@ -279,6 +279,7 @@ class PartitionWriter:
     def _new_pending(self, key: tuple[Any, ...]) -> _Pending:
         existing = self._index.get(key)
         if existing is not None:
+            storage.check_location(existing.location, existing.object_id)
             path = existing.object_id.split(SEP)[:-1]
             if existing.read_branch is not None:
                 raise WriteError(
@@ -305,7 +306,7 @@ class PartitionWriter:
         return table_location(object_id)
 
     def _uri(self, pending: _Pending) -> str:
-        return storage.join(self.store.root, pending.location)
+        return storage.table_uri(self.store.root, pending.location, pending.object_id)
 
     def _flush(self, pending: _Pending) -> None:
         if not pending.batches:
@@ -357,7 +358,7 @@ class PartitionWriter:
 
     def _open(self, entry: TableEntry) -> lance.LanceDataset:
         """A registered partition table at its registered version."""
-        uri = storage.join(self.store.root, entry.location)
+        uri = storage.table_uri(self.store.root, entry.location, entry.object_id)
         version = self._base_version(entry)
         return lance.dataset(uri, version=version, storage_options=self.store.storage_options)
 
@@ -381,7 +382,8 @@ class PartitionWriter:
 
     # -- partition tables ---------------------------------------------------------------------
     def _base_version(self, entry: TableEntry) -> int:
-        uri = storage.join(self.store.root, entry.location)
+        uri = storage.table_uri(self.store.root, entry.location, entry.object_id)
+        storage.check_ref_name(entry.read_tag, entry.object_id, "read_tag")
         if entry.read_version is not None:
             return int(entry.read_version)
         version: int | str | None = entry.read_tag
@@ -390,7 +392,11 @@ class PartitionWriter:
 
     def _commit_table(self, pending: _Pending, onto: TableEntry | None, replace: bool) -> int:
         """Commit ``pending``'s fragments as a new version of its table; return the version."""
-        uri = storage.join(self.store.root, onto.location) if onto else self._uri(pending)
+        uri = (
+            storage.table_uri(self.store.root, onto.location, onto.object_id)
+            if onto
+            else self._uri(pending)
+        )
         opts = self.store.storage_options
         if onto is None:
             op = LanceOperation.Overwrite(self.write_schema, pending.fragments)
@@ -757,7 +763,7 @@ class PartitionWriter:
 
     def _copy_into(self, pending: _Pending, target: TableEntry, replace: bool) -> int:
         """Re-write our rows into a partition table that another writer registered."""
-        uri = storage.join(self.store.root, target.location)
+        uri = storage.table_uri(self.store.root, target.location, target.object_id)
         frags = write_fragments(
             self._our_rows(pending, self.write_schema),
             uri,
