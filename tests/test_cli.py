@@ -112,7 +112,7 @@ def test_info_text(capsys, ns):
     assert kv["spec versions"] == "1"
     assert kv["partitions"] == "7"
     assert kv["columns"] == "4 (id, country, event_date, value)"
-    assert kv["writer flag"] == "2"
+    assert kv["writer flag"] == str(1 << 62)
 
 
 def test_info_json_matches_api(capsys, ns):

@@ -199,7 +199,7 @@ def test_directory_namespace_mutations_are_refused(tmp_path: Path) -> None:
     before_schema = before_ds.schema
     before_data = _sorted(ns.to_table())
     before_dirs = _table_dirs(root)
-    assert before_meta[FLAG_KEY] == "2"
+    assert before_meta[FLAG_KEY] == str(1 << 62)
     assert "read_version" in before_schema.names
     assert "partition_field_country" in before_schema.names
 
@@ -343,7 +343,7 @@ def test_manifest_metadata_and_column_types(tmp_path: Path) -> None:
     ns = _make_namespace(root)
     ds = _manifest(root)
     meta = dict(ds.metadata)
-    assert meta[FLAG_KEY] == "2"
+    assert meta[FLAG_KEY] == str(1 << 62)
     assert {"schema", "partition_spec_v1", FLAG_KEY} <= set(meta)
     assert not any(k.startswith("partition_spec_v") and k != "partition_spec_v1" for k in meta)
 
@@ -775,7 +775,7 @@ def test_unknown_manifest_columns_survive_writes(tmp_path: Path) -> None:
     ds = _manifest(root)
     ds.add_columns({"owner": "concat('owner:', object_id)"})
     ds = _manifest(root)
-    assert dict(ds.metadata)[FLAG_KEY] == "2"
+    assert dict(ds.metadata)[FLAG_KEY] == str(1 << 62)
     original = _owners(root)
     assert original and all(v == f"owner:{k}" for k, v in original.items())
 
@@ -818,6 +818,33 @@ def test_unknown_manifest_columns_survive_writes(tmp_path: Path) -> None:
     assert _ids(PartitionedNamespace.open(root).to_table()) == [12]
 
     final = _manifest(root)
-    assert dict(final.metadata)[FLAG_KEY] == "2"
+    assert dict(final.metadata)[FLAG_KEY] == str(1 << 62)
     assert final.schema.field("read_version").type == pa.uint64()
     assert "partition_field_country" in final.schema.names
+
+
+def test_legacy_writer_flag_opens_writes_and_upgrades(tmp_path: Path) -> None:
+    """A namespace written with the earlier flag value 2 (now Lance's next bit) still opens and
+    takes writes; ``upgrade()`` replaces that bit with ours and keeps any other bits."""
+    root = tmp_path / "legacy"
+    ns = _make_namespace(root)
+    _manifest(root).update_metadata({FLAG_KEY: str(2 | 1)})  # legacy bit + Lance's lifecycle bit
+    ns = PartitionedNamespace.open(root)
+    rows = ns.count_rows()
+    ns.write(FIRST.slice(0, 1))
+    assert PartitionedNamespace.open(root).count_rows() == rows + 1
+    assert dict(_manifest(root).metadata)[FLAG_KEY] == "3"  # writes leave the flags alone
+    ns.upgrade()
+    assert dict(_manifest(root).metadata)[FLAG_KEY] == str(1 | (1 << 62))
+    version = _manifest(root).version
+    ns.upgrade()  # idempotent
+    assert _manifest(root).version == version
+
+
+def test_writer_flag_is_ored_into_existing_flags() -> None:
+    from dagster_lance_partitioned.core.manifest import writer_flags
+
+    assert writer_flags(None) == str(1 << 62)
+    assert writer_flags("1") == str(1 | 1 << 62)
+    assert writer_flags("2") == str(1 << 62)  # legacy value: replaced
+    assert writer_flags(str(2 | 1 << 62)) == str(2 | 1 << 62)  # Lance's bit 2 next to ours: kept

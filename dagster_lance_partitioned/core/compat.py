@@ -29,11 +29,11 @@ from .manifest import (
     SCHEMA_KEY,
     SEP,
     WRITER_FLAG_KEY,
-    WRITER_FLAG_VALUE,
     ManifestEdit,
     ManifestSnapshot,
     ManifestStore,
     base_manifest_schema,
+    writer_flags,
 )
 from .spec import PartitionSpec, SpecField, source_types, specs_from_metadata
 from .transforms import Day, Hour, Identity, Month, Transform, Truncate, Year
@@ -266,6 +266,15 @@ def _store(ns: PartitionedNamespace) -> ManifestStore:
     return ManifestStore(ns.uri, ns.storage_options)
 
 
+def _upgrade_writer_flag(store: ManifestStore, snap: ManifestSnapshot) -> int:
+    """Replace a legacy writer flag (value 2, now Lance's) by ours; returns the version."""
+    current = snap.metadata.get(WRITER_FLAG_KEY)
+    flags = writer_flags(current)
+    if current == flags:
+        return snap.version
+    return store.update_metadata({WRITER_FLAG_KEY: flags}, base_version=snap.version).version
+
+
 def upgrade(ns: PartitionedNamespace) -> int:
     """Rewrite draft-shaped specs and manifest columns in the current shape (idempotent);
     returns the final manifest version."""
@@ -273,10 +282,11 @@ def upgrade(ns: PartitionedNamespace) -> int:
     for _attempt in range(10):
         snap, conversion = _fill_commit(store)
         if conversion.empty:
-            return snap.version
+            return _upgrade_writer_flag(store, snap)
         values = {spec.key: spec.to_json_str() for spec in conversion.specs.values()}
-        if snap.metadata.get(WRITER_FLAG_KEY) != WRITER_FLAG_VALUE:
-            values[WRITER_FLAG_KEY] = WRITER_FLAG_VALUE
+        flags = writer_flags(snap.metadata.get(WRITER_FLAG_KEY))
+        if snap.metadata.get(WRITER_FLAG_KEY) != flags:
+            values[WRITER_FLAG_KEY] = flags
         if store.dataset().version != snap.version:
             continue  # a commit landed after step 1: fill its rows too before switching specs
         ds = store.update_metadata(values, base_version=snap.version)

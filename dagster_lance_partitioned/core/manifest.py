@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lance
+import lance.commit
 import pyarrow as pa
 import pyarrow.compute as pc
 from lance import LanceOperation
@@ -20,13 +21,25 @@ from lance.dataset import Transaction
 from lance.fragment import write_fragments
 
 from . import storage
-from .errors import CommitConflictError, ManifestError, NamespaceNotFoundError
+from .errors import (
+    CommitConflictError,
+    ManifestError,
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+    StorageError,
+    clean_message,
+)
 from .spec import PartitionSpec
 
 MANIFEST_DIR = "__manifest"
 PK_KEY = "lance-schema:unenforced-primary-key:position"
 WRITER_FLAG_KEY = "lance.namespace.manifest.writer_feature_flags"
-WRITER_FLAG_VALUE = "2"
+# Our bit of the writer feature flags: the high bit 1 << 62 (Lance assigns bits from the bottom;
+# 1 = namespace lifecycle is taken, 2 is the next it will assign). Namespaces written before
+# Lance took the low bits carry the legacy value 2 and no high bit.
+WRITER_FLAG_BIT = 1 << 62
+LEGACY_WRITER_FLAG_BIT = 2
+WRITER_FLAG_VALUE = str(WRITER_FLAG_BIT)
 SCHEMA_KEY = "schema"
 TABLE_NAME = "dataset"
 SEP = "$"
@@ -37,6 +50,8 @@ COMMIT_PROPERTY_PREFIX = "dlp."
 # 3.2 ms, but every manifest commit rewrites the table, so indexes are rebuilt (~170 ms).
 INDEX_MIN_ROWS = 100_000
 OVERWRITE_ALL = "*"
+CREATE_OPERATION = "create"
+CREATE_WAIT_SECONDS = 10.0  # how long an open waits for a concurrent creation to complete
 
 _NAME_ALPHABET = string.ascii_lowercase + string.digits
 
@@ -55,6 +70,30 @@ def base_manifest_schema() -> pa.Schema:
             pa.field("read_tag", pa.utf8()),
         ]
     )
+
+
+def writer_flags(existing: str | None) -> str:
+    """The writer feature flags with our bit OR-ed into ``existing`` (a decimal u64 bitmask).
+
+    ``existing`` carrying the legacy bit but not ours (a namespace written by an earlier
+    version of this package) has the legacy bit replaced by ours."""
+    flags = parse_writer_flags(existing)
+    if flags & LEGACY_WRITER_FLAG_BIT and not flags & WRITER_FLAG_BIT:
+        flags &= ~LEGACY_WRITER_FLAG_BIT
+    return str(flags | WRITER_FLAG_BIT)
+
+
+def parse_writer_flags(value: str | None) -> int:
+    """The writer feature flags of a ``__manifest`` (0 when unset)."""
+    if value is None or value == "":
+        return 0
+    try:
+        flags = int(value)
+    except ValueError:
+        raise ManifestError(f"{WRITER_FLAG_KEY} is not a decimal bitmask: {value!r}") from None
+    if not 0 <= flags < 1 << 64:
+        raise ManifestError(f"{WRITER_FLAG_KEY} is not a u64 bitmask: {value!r}")
+    return flags
 
 
 def random_name() -> str:
@@ -292,17 +331,57 @@ class ManifestStore:
             ) from None
 
     def create(self, rows: pa.Table, metadata: dict[str, str]) -> lance.LanceDataset:
-        """Create ``__manifest`` holding ``rows``, then set its table ``metadata``."""
-        frags = write_fragments(
-            rows, self.uri, schema=rows.schema, mode="create", storage_options=self.storage_options
-        )
-        ds = lance.LanceDataset.commit(
-            self.uri,
-            LanceOperation.Overwrite(rows.schema, frags),
-            storage_options=self.storage_options,
-        )
-        ds.update_metadata(metadata)
-        return lance.dataset(self.uri, storage_options=self.storage_options)
+        """Create ``__manifest`` holding ``rows`` with table ``metadata``; never replaces an
+        existing manifest: of racing creators exactly one wins, the others get
+        :class:`NamespaceExistsError`.
+
+        Version 1 (the rows) is committed put-if-absent on top of "no dataset"; version 2 sets
+        the metadata. Between the two the manifest is incomplete, which :meth:`open_latest`
+        waits out."""
+        exists = NamespaceExistsError(f"{self.root}: a __manifest table already exists here")
+        if self.exists_on_storage():
+            raise exists
+        try:
+            frags = write_fragments(
+                rows,
+                self.uri,
+                schema=rows.schema,
+                mode="create",
+                storage_options=self.storage_options,
+            )
+            tx = Transaction(
+                read_version=0,
+                operation=LanceOperation.Overwrite(rows.schema, frags),
+                transaction_properties={COMMIT_PROPERTY_PREFIX + "operation": CREATE_OPERATION},
+            )
+            ds = lance.LanceDataset.commit(
+                self.uri, tx, storage_options=self.storage_options, max_retries=0
+            )
+        except (lance.commit.CommitConflictError, OSError, ValueError) as e:
+            if self.exists_on_storage():
+                raise exists from None  # another creator's version 1 landed first
+            raise StorageError(
+                f"{self.root}: cannot create __manifest: {clean_message(e)}",
+                namespace=self.root,
+                path=self.uri,
+            ) from None
+        if ds.version != 1:  # Lance put our create on top of a manifest that appeared
+            raise exists
+        return self.update_metadata(metadata, base_version=1)
+
+    def exists_on_storage(self) -> bool:
+        """Whether any ``__manifest`` version file exists (even an incomplete creation)."""
+        return storage.manifest_exists(self.uri, self.storage_options)
+
+    def open_latest(self, wait: float = CREATE_WAIT_SECONDS) -> lance.LanceDataset:
+        """The latest ``__manifest``; while a creation is between its two commits (version 1
+        without table metadata), wait up to ``wait`` seconds for it to complete."""
+        deadline = time.monotonic() + wait
+        while True:
+            ds = self.dataset()
+            if not being_created(ds) or time.monotonic() > deadline:
+                return ds
+            time.sleep(0.02)
 
     def update_metadata(self, values: dict[str, str], base_version: int) -> lance.LanceDataset:
         """Set table-metadata keys in one commit based on ``base_version``."""
@@ -384,6 +463,19 @@ class ManifestStore:
             if k.startswith(COMMIT_PROPERTY_PREFIX)
         }
         return ours or None
+
+
+def being_created(ds: lance.LanceDataset) -> bool:
+    """Whether ``ds`` is a ``__manifest`` this package is creating: only its first version,
+    made by our create commit, and no table metadata yet."""
+    if ds.version != 1 or ds.metadata:
+        return False
+    try:
+        tx = ds.read_transaction(1)
+    except (OSError, ValueError):
+        return False
+    props = (tx.transaction_properties or {}) if tx is not None else {}
+    return props.get(COMMIT_PROPERTY_PREFIX + "operation") == CREATE_OPERATION
 
 
 def _is_conflict(e: Exception) -> bool:

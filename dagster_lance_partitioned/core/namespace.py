@@ -15,6 +15,7 @@ import pyarrow as pa
 from . import arrow_json, storage
 from .errors import (
     CommitConflictError,
+    ManifestError,
     NamespaceExistsError,
     NamespaceNotFoundError,
     NotAPartitionedNamespaceError,
@@ -32,6 +33,7 @@ from .manifest import (
     ManifestSnapshot,
     ManifestStore,
     base_manifest_schema,
+    being_created,
     partition_field_columns,
 )
 from .partitioner import SpecEvaluator
@@ -55,6 +57,12 @@ def snapshot_schema(snap: ManifestSnapshot, where: str) -> pa.Schema:
 def _load_snapshot(ds: Any) -> ManifestSnapshot:
     metadata = dict(ds.metadata)
     specs = specs_from_metadata(metadata)
+    if being_created(ds):
+        raise NotAPartitionedNamespaceError(
+            f"{ds.uri}: __manifest is being created (or its creation was interrupted): it has "
+            "no table metadata yet; retry, or remove the __manifest directory if no creator "
+            "is running"
+        )
     if not specs:
         raise NotAPartitionedNamespaceError(
             f"{ds.uri}: __manifest has no partition_spec_v<N> in its metadata; this directory "
@@ -91,11 +99,32 @@ class PartitionedNamespace:
         schema: pa.Schema,
         partition_fields: Sequence[PartitionField | SpecField],
         storage_options: dict[str, str] | None = None,
+        *,
+        exist_ok: bool = False,
     ) -> PartitionedNamespace:
-        """Create an empty partitioned namespace at ``uri`` with spec v1."""
+        """Create an empty partitioned namespace at ``uri`` with spec v1.
+
+        Never replaces an existing namespace: when one exists (or another process creates one
+        at the same time and wins), raises :class:`NamespaceExistsError`, or with ``exist_ok``
+        opens that namespace as it is (its schema and spec may differ from the ones given)."""
         root = storage.normalize_root(uri)
         store = ManifestStore(root, storage_options)
-        if store.exists():
+        try:
+            return cls._create(store, schema, partition_fields)
+        except NamespaceExistsError:
+            if not exist_ok:
+                raise
+        return cls.open(root, storage_options)
+
+    @classmethod
+    def _create(
+        cls,
+        store: ManifestStore,
+        schema: pa.Schema,
+        partition_fields: Sequence[PartitionField | SpecField],
+    ) -> PartitionedNamespace:
+        root = store.root
+        if store.exists_on_storage():
             raise NamespaceExistsError(f"{root}: a __manifest table already exists here")
         ns_schema, _ = arrow_json.assign_field_ids(arrow_json.normalize_schema(schema), 0)
         spec = PartitionSpec(1, resolve_fields(partition_fields, ns_schema))
@@ -113,7 +142,7 @@ class PartitionedNamespace:
             schema=manifest_schema,
         )
         snap = _load_snapshot(store.create(first, metadata))
-        return cls(root, storage_options, snap, pinned=False)
+        return cls(root, store.storage_options, snap, pinned=False)
 
     @classmethod
     def open(
@@ -126,8 +155,15 @@ class PartitionedNamespace:
         root = storage.normalize_root(uri)
         if not storage.is_uri(root) and not os.path.exists(root):
             raise NamespaceNotFoundError(f"{root}: no such directory")
+        if version is not None and (
+            isinstance(version, bool) or not isinstance(version, int) or version < 1
+        ):
+            raise ManifestError(
+                f"{root}: manifest version must be a positive integer, got {version!r}"
+            )
         store = ManifestStore(root, storage_options)
-        snap = _load_snapshot(store.dataset(version))
+        ds = store.dataset(version) if version is not None else store.open_latest()
+        snap = _load_snapshot(ds)
         return cls(root, storage_options, snap, pinned=version is not None)
 
     # -- state --------------------------------------------------------------------------------
@@ -176,7 +212,7 @@ class PartitionedNamespace:
     def refresh(self) -> PartitionedNamespace:
         """Move to the latest manifest version (no-op for a namespace opened at a version)."""
         if not self._pinned:
-            self._snapshot = _load_snapshot(self._store.dataset())
+            self._snapshot = _load_snapshot(self._store.open_latest())
         return self
 
     def partitions(self) -> list[dict[str, Any]]:
