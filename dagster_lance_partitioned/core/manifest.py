@@ -16,6 +16,7 @@ import lance
 import lance.commit
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from lance import LanceOperation
 from lance.dataset import Transaction
 from lance.fragment import write_fragments
@@ -27,6 +28,7 @@ from .errors import (
     NamespaceExistsError,
     NamespaceNotFoundError,
     StorageError,
+    VersionGoneError,
     clean_message,
 )
 from .spec import PartitionSpec
@@ -341,6 +343,7 @@ class ManifestStore:
         exists = NamespaceExistsError(f"{self.root}: a __manifest table already exists here")
         if self.exists_on_storage():
             raise exists
+        self.check_store()
         try:
             frags = write_fragments(
                 rows,
@@ -369,6 +372,39 @@ class ManifestStore:
             raise exists
         return self.update_metadata(metadata, base_version=1)
 
+    def check_store(self) -> None:
+        """Refuse to commit to an object store without put-if-absent (probed once per store;
+        see :mod:`.conditional_put`)."""
+        from .conditional_put import ensure_conditional_put
+
+        ensure_conditional_put(self.root, self.storage_options)
+
+    def verify_versions(self, snap: ManifestSnapshot, edit: ManifestEdit) -> None:
+        """Raise :class:`VersionGoneError` when a table version ``edit`` registers is no longer
+        on storage (a cleanup or vacuum removed it after the table commit), so that no
+        manifest commit ever points at a missing version."""
+        locations: dict[str, str] | None = None
+        pins: list[tuple[str, str, int]] = []
+        for oid, cols in edit.upserts.items():
+            if oid in edit.deletes or cols.get("read_version") is None:
+                continue
+            location = cols.get("location")
+            if location is None:
+                if locations is None:
+                    locations = {t.object_id: t.location for t in snap.tables()}
+                location = locations.get(oid)
+            if location is not None:
+                pins.append((oid, location, int(cols["read_version"])))
+        gone = missing_versions(self.root, pins, self.storage_options)
+        if gone:
+            listed = ", ".join(f"{oid} ({loc}) version {v}" for oid, loc, v in gone[:5])
+            more = f" and {len(gone) - 5} more" if len(gone) > 5 else ""
+            raise VersionGoneError(
+                f"{self.root}: table version(s) this commit would register are gone from "
+                f"storage: {listed}{more}. A cleanup or vacuum with a grace period shorter than "
+                "the write removed them; nothing of the write is visible, retry it"
+            )
+
     def exists_on_storage(self) -> bool:
         """Whether any ``__manifest`` version file exists (even an incomplete creation)."""
         return storage.manifest_exists(self.uri, self.storage_options)
@@ -385,6 +421,7 @@ class ManifestStore:
 
     def update_metadata(self, values: dict[str, str], base_version: int) -> lance.LanceDataset:
         """Set table-metadata keys in one commit based on ``base_version``."""
+        self.check_store()
         op = LanceOperation.UpdateConfig(
             table_metadata_updates=LanceOperation.UpdateMap(dict(values), replace=False)
         )
@@ -400,10 +437,12 @@ class ManifestStore:
     ) -> ManifestSnapshot:
         """Apply ``plan(latest snapshot)`` as one Lance commit; on a concurrent commit, reload
         the latest manifest and plan again (``plan`` raises to give up)."""
+        self.check_store()
         delay = 0.01
         for _attempt in range(max_attempts):
             snap = load(self.dataset())
             edit = plan(snap)
+            self.verify_versions(snap, edit)
             new_table = edit.apply(snap.table)
             frags = write_fragments(
                 new_table,
@@ -463,6 +502,49 @@ class ManifestStore:
             if k.startswith(COMMIT_PROPERTY_PREFIX)
         }
         return ours or None
+
+
+_U64_MAX = (1 << 64) - 1
+
+
+def version_file_names(version: int) -> list[str]:
+    """The names a Lance version manifest of ``version`` can have under ``_versions/``."""
+    if version >= 1 << 63:
+        return [f"d{version}.manifest"]  # detached
+    return [f"{_U64_MAX - version:020d}.manifest", f"{version}.manifest"]  # V2 / V1 paths
+
+
+def missing_versions(
+    root: str,
+    pins: list[tuple[str, str, int]],
+    storage_options: dict[str, str] | None = None,
+) -> list[tuple[str, str, int]]:
+    """The (object id, location, version) of ``pins`` whose version manifest is gone."""
+    if not pins:
+        return []
+    fs, root_path = storage.filesystem(root, storage_options)
+    paths, owners = [], []
+    for pin in pins:
+        base = f"{root_path}/{storage.check_location(pin[1], pin[0])}"
+        for name in version_file_names(pin[2]):
+            paths.append(f"{base}/_versions/{name}")
+            owners.append(pin)
+    found = {
+        owner
+        for owner, info in zip(owners, fs.get_file_info(paths), strict=True)
+        if info.type == pafs.FileType.File
+    }
+    gone = []
+    for oid, location, version in (p for p in pins if p not in found):
+        try:  # a layout this check does not know: ask Lance
+            lance.dataset(
+                storage.table_uri(root, location, oid),
+                version=version,
+                storage_options=storage_options,
+            )
+        except (OSError, ValueError):
+            gone.append((oid, location, version))
+    return gone
 
 
 def being_created(ds: lance.LanceDataset) -> bool:

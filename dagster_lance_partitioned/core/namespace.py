@@ -269,6 +269,7 @@ class PartitionedNamespace:
                 f"{self.uri} was opened at manifest version {self.version}; "
                 "open it without a version to write"
             )
+        self._store.check_store()
         self.refresh()
         writer = PartitionWriter(
             self._store,

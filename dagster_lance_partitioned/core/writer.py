@@ -83,6 +83,7 @@ class WriteResult:
     mode: str
     partitions: tuple[PartitionWrite, ...]
     removed: tuple[str, ...] = ()
+    committed: bool = True  # False: the write changed nothing, no manifest commit was made
 
     @property
     def rows_written(self) -> int:
@@ -216,6 +217,9 @@ class PartitionWriter:
         """Write ``data`` and commit; nothing is visible unless this returns."""
         self.ingest(data)
         self.empty_named_partitions()
+        if not self._pending and not (self.mode == "overwrite" and self.base.tables()):
+            # nothing to write and nothing to deregister: no commit
+            return WriteResult(self.base.version, self.spec.spec_id, self.mode, (), (), False)
         self._finish_tables()
         if self.before_commit is not None:
             self.before_commit(list(self._pending.values()))
