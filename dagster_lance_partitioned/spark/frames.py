@@ -73,7 +73,8 @@ def write_dataframe(
     return what was written (rows per partition, manifest version); None when Spark committed
     nothing (e.g. a DataFrame without partitions).
 
-    ``mode``: ``append``, ``overwrite_partitions`` or ``overwrite``. ``partition_by`` creates
+    ``mode``: ``append``, ``overwrite_partitions`` or ``overwrite`` (the whole table, also when
+    the session sets ``spark.sql.sources.partitionOverwriteMode=dynamic``). ``partition_by`` creates
     a missing namespace (``"country,year(event_date)"``, JSON, or PartitionFields).
     ``partition_values`` (mappings of the current spec's field ids to values) names the only
     partitions the write may touch: a row of another partition fails the job, naming it, and
@@ -93,8 +94,10 @@ def write_dataframe(
     if cluster:
         df = cluster_by_partition(df, ns)
     writer = df.write.format(opt.FORMAT).mode("append" if mode == "append" else "overwrite")
-    if mode == "overwrite_partitions":
-        writer = writer.option("partitionOverwriteMode", "dynamic")
+    if mode != "append":  # the helper's mode is explicit: the session's overwrite mode is not
+        writer = writer.option(
+            "partitionOverwriteMode", "dynamic" if mode == "overwrite_partitions" else "static"
+        )
     if storage_options:
         writer = writer.option("storageOptions", json.dumps(storage_options))
     if commit_properties:

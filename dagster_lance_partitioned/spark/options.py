@@ -65,6 +65,21 @@ def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
     raise SparkOptionError(f"option {key!r} must be true or false, got {raw!r}")
 
 
+def overwrite_mode_value(raw: str, source: str) -> str:
+    """``raw`` as a partition overwrite mode, ``static`` or ``dynamic`` (any case); ``source``
+    names where it came from in the error."""
+    value = raw.strip().lower()
+    if value not in ("static", "dynamic"):
+        raise SparkOptionError(f"{source} must be static or dynamic, got {raw!r}")
+    return value
+
+
+def partition_overwrite_mode(options: Mapping[str, str]) -> str | None:
+    """Option ``partitionOverwriteMode`` (``static`` or ``dynamic``); None when not given."""
+    raw = _get(options, "partitionOverwriteMode")
+    return None if raw is None else overwrite_mode_value(raw, "option 'partitionOverwriteMode'")
+
+
 def storage_options(options: Mapping[str, str]) -> dict[str, str] | None:
     """Storage options: a JSON object in ``storageOptions`` (keys kept as written) plus every
     ``storage.<key>`` option (Spark lower-cases those keys)."""

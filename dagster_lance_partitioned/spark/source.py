@@ -20,8 +20,10 @@ query, or set option ``pushFilters=false`` on a DataFrame reused that way (then 
 ``filter`` option prunes).
 
 Write options: ``partitionBy`` (only to create a missing namespace), ``partitionOverwriteMode``
-(``dynamic`` replaces only the partitions present in the data), ``storageOptions`` /
-``storage.<key>``, ``commitProperties`` (JSON)."""
+(``dynamic``: mode ``overwrite`` replaces only the partitions present in the data; ``static``:
+the whole table; without it, the session's ``spark.sql.sources.partitionOverwriteMode`` at the
+time of the write decides, default static), ``storageOptions`` / ``storage.<key>``,
+``commitProperties`` (JSON)."""
 
 from __future__ import annotations
 

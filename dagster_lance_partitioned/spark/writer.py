@@ -10,12 +10,21 @@ table is committed once, then one ``__manifest`` commit makes all of it visible.
 (``abort()``) commits nothing: readers stay on the previous state, the fragments written are
 orphans a vacuum removes.
 
-Modes: ``append``; ``overwrite`` replaces the whole table; ``overwrite`` with option
-``partitionOverwriteMode=dynamic`` replaces only the partitions present in the data."""
+Modes: ``append``; ``overwrite`` replaces the whole table (static) or only the partitions present
+in the data (dynamic). As for Spark's file sources, option ``partitionOverwriteMode`` decides,
+else the session's ``spark.sql.sources.partitionOverwriteMode``, else static.
+
+The driver-side planner worker that runs ``writer()`` gets no SQL conf from Spark (and the
+source has no ``SessionConfigSupport``), but every task of the write job gets the session's
+SQL confs as job local properties, read when the job runs. So without the option, each task
+reports the session's mode in its commit message and ``commit()`` applies it: a conf changed
+after ``register()`` counts, also in Spark Connect sessions. Static and dynamic overwrites
+stage the same fragments; they differ only in what the ``__manifest`` commit deregisters."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import decimal
 import json
@@ -27,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
@@ -40,25 +50,41 @@ from .types import arrow_schema
 
 RESULT_PATH_OPTION = "writeResultPath"  # internal: where commit() leaves the WriteResult
 PARTITIONS_OPTION = "partitions"  # JSON list of {field id: value}: the only partitions written
+SESSION_OVERWRITE_CONF = "spark.sql.sources.partitionOverwriteMode"
 
 
 @dataclass
 class StagedMessage(WriterCommitMessage):
-    """One task's commit message: the fragments it staged, per partition."""
+    """One task's commit message: the fragments it staged, per partition, and (when the write's
+    overwrite mode is the session's) the session's partition overwrite mode the task saw."""
 
     result: StageResult
+    session_mode: str | None = None
 
 
-def write_mode(options: Mapping[str, str], overwrite: bool) -> str:
-    """The core write mode of a Spark save mode and option ``partitionOverwriteMode``."""
-    dynamic = (opt._get(options, "partitionOverwriteMode") or "static").lower()
-    if dynamic not in ("static", "dynamic"):
-        raise opt.SparkOptionError(
-            f"option 'partitionOverwriteMode' must be static or dynamic, got {dynamic!r}"
-        )
+def write_mode(options: Mapping[str, str], overwrite: bool, session_mode: str | None = None) -> str:
+    """The core write mode of a Spark save mode: for an overwrite, option
+    ``partitionOverwriteMode`` wins, else ``session_mode`` (the session's
+    ``spark.sql.sources.partitionOverwriteMode``), else static."""
+    chosen = opt.partition_overwrite_mode(options)
+    if chosen is None and session_mode is not None:
+        chosen = opt.overwrite_mode_value(session_mode, f"session conf {SESSION_OVERWRITE_CONF!r}")
     if not overwrite:
         return "append"
-    return "overwrite_partitions" if dynamic == "dynamic" else "overwrite"
+    return "overwrite_partitions" if chosen == "dynamic" else "overwrite"
+
+
+def session_overwrite_mode() -> str | None:
+    """The session's ``spark.sql.sources.partitionOverwriteMode`` as the running Spark task
+    received it with its job (``static`` when the session does not set it); None outside a
+    Spark task."""
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None
+    raw = ctx.getLocalProperty(SESSION_OVERWRITE_CONF)
+    if raw is None or not raw.strip():
+        return "static"
+    return opt.overwrite_mode_value(raw, f"session conf {SESSION_OVERWRITE_CONF!r}")
 
 
 def open_or_create(
@@ -130,6 +156,9 @@ def make_writer(
     storage = opt.storage_options(options)
     data_schema = arrow_schema(schema)
     ns = open_or_create(uri, storage, data_schema, opt._get(options, "partitionBy"))
+    # an overwrite without the option follows the session, which only the tasks see; both
+    # overwrite modes stage alike, commit() settles which one this write is
+    session_decides = overwrite and opt.partition_overwrite_mode(options) is None
     staged = StagedWrite.begin(
         ns,
         write_mode(options, overwrite),
@@ -137,23 +166,29 @@ def make_writer(
         partitions=_partitions(options),
     )
     staged.check_schema(data_schema)  # raises naming the column, before any data is written
-    return LancePartitionedWriter(staged, opt._get(options, RESULT_PATH_OPTION))
+    return LancePartitionedWriter(
+        staged, opt._get(options, RESULT_PATH_OPTION), session_decides=session_decides
+    )
 
 
 class LancePartitionedWriter(DataSourceArrowWriter):
     """Stages fragments in the tasks, commits them once on the driver."""
 
-    def __init__(self, staged: StagedWrite, result_path: str | None = None) -> None:
+    def __init__(
+        self, staged: StagedWrite, result_path: str | None = None, session_decides: bool = False
+    ) -> None:
         self.staged = staged
         self.result_path = result_path
+        self.session_decides = session_decides  # overwrite mode: the session's, seen by tasks
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Write this task's rows as fragments of their partition tables (nothing visible)."""
-        return StagedMessage(self.staged.stage(b for b in iterator if b.num_rows))
+        result = self.staged.stage(b for b in iterator if b.num_rows)
+        return StagedMessage(result, session_overwrite_mode() if self.session_decides else None)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Commit every partition table once, then the single ``__manifest`` commit."""
-        result = self.staged.commit(_results(messages))
+        result = self._settled(messages).commit(_results(messages))
         if self.result_path:
             # OSError: the process that started the write runs elsewhere (a remote Spark
             # Connect server); the commit stands, that process finds no result
@@ -163,6 +198,24 @@ class LancePartitionedWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing becomes visible; staged fragments are left as orphans."""
         self.staged.abort(_results(messages))
+
+    def _settled(self, messages: list[WriterCommitMessage | None]) -> StagedWrite:
+        """The staged write with its final mode: an overwrite that follows the session takes
+        the session's mode reported by the tasks; refused when no task reported it (replacing
+        the whole table might deregister partitions the session means to keep)."""
+        if not self.session_decides:
+            return self.staged
+        seen = {m.session_mode for m in messages if isinstance(m, StagedMessage)}
+        seen.discard(None)
+        if len(seen) != 1:
+            found = "no task reported it" if not seen else f"tasks saw {sorted(seen)}"
+            raise WriteError(
+                f"overwrite of {self.staged.root}: the session's {SESSION_OVERWRITE_CONF} "
+                f"decides between replacing the whole table and only the partitions written, "
+                f"but {found}; nothing was committed (give option 'partitionOverwriteMode')"
+            )
+        mode = write_mode({}, True, seen.pop())
+        return dataclasses.replace(self.staged, mode=mode)
 
 
 def _results(messages: list[WriterCommitMessage | None]) -> list[StageResult | None]:
