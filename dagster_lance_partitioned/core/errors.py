@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+import pyarrow as pa
+
 
 class PartitionedNamespaceError(Exception):
     """Base class of every error raised by this package."""
@@ -72,10 +74,6 @@ class ManifestError(PartitionedNamespaceError):
     """``__manifest`` is malformed (missing column, duplicate object id, ...)."""
 
 
-class PartitionReadError(PartitionedNamespaceError):
-    """A registered partition table cannot be read (missing, or its pinned version is gone)."""
-
-
 class WriteError(PartitionedNamespaceError):
     """A write was refused before anything became visible."""
 
@@ -117,6 +115,10 @@ class StorageError(PartitionedNamespaceError):
         self.path = path
 
 
+class PartitionReadError(StorageError):
+    """A registered partition table cannot be read (missing, or its pinned version is gone)."""
+
+
 class ConditionalPutUnsupportedError(WriteError):
     """The object store ignores put-if-absent (``If-None-Match``), which Lance's commits rely on:
     concurrent writers would silently lose commits. Nothing was written."""
@@ -134,3 +136,35 @@ def clean_message(error: BaseException | str) -> str:
     """An exception's message without Lance's internal Rust source locations."""
     text = str(error)
     return _RUST_LOCATION.sub("", text).strip().rstrip(",")
+
+
+_FILE = re.compile(r"(?:[a-z0-9+]+://)?/?(?:[^\s,:]+/)+[^\s,:/]+\.(?:lance|manifest|txn|idx|arrow)")
+
+
+def is_storage_failure(error: BaseException) -> bool:
+    """Whether ``error`` is a raw Lance / Arrow / I/O failure (not one of this package's)."""
+    if isinstance(error, PartitionedNamespaceError):
+        return False
+    if isinstance(error, (OSError, pa.ArrowException)):
+        return True
+    text = str(error)
+    return isinstance(error, (ValueError, RuntimeError)) and (
+        "LanceError" in text or _RUST_LOCATION.search(text) is not None
+    )
+
+
+def storage_error(
+    error: BaseException,
+    namespace: str,
+    what: str,
+    object_id: str | None = None,
+    cls: type[StorageError] = StorageError,
+) -> StorageError:
+    """``error`` (a raw Lance / Arrow failure) as this package's ``cls``: the namespace, what
+    was being done, the object id and the file named in the message, no Rust locations."""
+    text = clean_message(error)
+    match = _FILE.search(text)
+    path = match.group(0) if match else None
+    owner = f" ({object_id})" if object_id else ""
+    at = f"; file {path}" if path else ""
+    return cls(f"{namespace}: {what}{owner} failed{at}: {text}", namespace, object_id, path)

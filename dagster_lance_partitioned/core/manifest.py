@@ -3,12 +3,13 @@ as single Lance commits that rebase onto concurrent commits."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import secrets
 import string
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,8 @@ from .errors import (
     StorageError,
     VersionGoneError,
     clean_message,
+    is_storage_failure,
+    storage_error,
 )
 from .spec import PartitionSpec
 
@@ -165,8 +168,28 @@ class ManifestSnapshot:
     def table(self) -> pa.Table:
         """Every row of this manifest version (read on first use)."""
         if self._table is None:
-            self._table = self.dataset.to_table()
+            with self.reading():
+                self._table = self.dataset.to_table()
         return self._table
+
+    @contextlib.contextmanager
+    def reading(self, what: str = "reading __manifest") -> Iterator[None]:
+        """Raw Lance / Arrow failures inside become :class:`StorageError` naming the manifest
+        version and the file."""
+        try:
+            yield
+        except Exception as e:
+            if is_storage_failure(e):
+                root = self.dataset.uri.rstrip("/").removesuffix(MANIFEST_DIR).rstrip("/")
+                raise storage_error(e, root, f"{what} version {self.version}") from None
+            raise
+
+    def row_count(self) -> int:
+        """How many rows this manifest version has (without reading them)."""
+        if self._table is not None:
+            return self._table.num_rows
+        with self.reading():
+            return self.dataset.count_rows()
 
     @property
     def loaded(self) -> bool:
@@ -187,9 +210,10 @@ class ManifestSnapshot:
                     counts[t.spec_id] = counts.get(t.spec_id, 0) + 1
             else:
                 for sid in self.specs:
-                    counts[sid] = self.dataset.count_rows(
-                        f"object_type = 'table' AND object_id LIKE 'v{sid}{SEP}%'"
-                    )
+                    with self.reading():
+                        counts[sid] = self.dataset.count_rows(
+                            f"object_type = 'table' AND object_id LIKE 'v{sid}{SEP}%'"
+                        )
             self._counts = counts
         return self._counts
 
@@ -326,8 +350,15 @@ class ManifestStore:
         try:
             return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
         except (ValueError, OSError, FileNotFoundError) as e:
-            if version is not None and storage.manifest_exists(self.uri, self.storage_options):
-                raise ManifestError(f"{self.uri}: no manifest version {version}: {e}") from None
+            if storage.manifest_exists(self.uri, self.storage_options):
+                if version is not None and "not found" in str(e).lower():
+                    raise ManifestError(
+                        f"{self.uri}: no manifest version {version}: {clean_message(e)}"
+                    ) from None
+                at = "latest version" if version is None else f"version {version}"
+                if version is None and (newest := self._newest_version_file()):
+                    at += f", {MANIFEST_DIR}/_versions/{newest}"
+                raise storage_error(e, self.root, f"opening __manifest ({at})") from None
             raise NamespaceNotFoundError(
                 f"{self.root}: no partitioned namespace here (no readable __manifest table)"
             ) from None
@@ -404,6 +435,20 @@ class ManifestStore:
                 f"storage: {listed}{more}. A cleanup or vacuum with a grace period shorter than "
                 "the write removed them; nothing of the write is visible, retry it"
             )
+
+    def _newest_version_file(self) -> str | None:
+        """The name of the newest version file under ``_versions`` (best effort)."""
+        try:
+            files = storage.list_files(storage.join(self.uri, "_versions"), self.storage_options)
+        except Exception:
+            return None
+        versions = {}
+        for f in files:
+            stem = f.path.removesuffix(".manifest")
+            if f.path.endswith(".manifest") and stem.isdigit():
+                # V2 names count down from u64::MAX, V1 names count up
+                versions[_U64_MAX - int(stem) if len(stem) == 20 else int(stem)] = f.path
+        return versions[max(versions)] if versions else None
 
     def exists_on_storage(self) -> bool:
         """Whether any ``__manifest`` version file exists (even an incomplete creation)."""

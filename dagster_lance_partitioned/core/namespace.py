@@ -4,10 +4,11 @@ partitioned namespace."""
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import lance
 import pyarrow as pa
@@ -22,6 +23,8 @@ from .errors import (
     PartitionedNamespaceError,
     SchemaError,
     WriteError,
+    is_storage_failure,
+    storage_error,
 )
 from .evolution import live_schema
 from .filters import FilterLike
@@ -41,6 +44,8 @@ from .planning import ScanPlan, plan_scan
 from .scan import scan_reader
 from .spec import PartitionField, PartitionSpec, SpecField, resolve_fields, specs_from_metadata
 from .writer import PartitionWriter, WriteResult
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
     from .maintenance import CleanupResult, CompactResult, DropResult, VacuumResult
@@ -73,6 +78,29 @@ def _load_snapshot(ds: Any) -> ManifestSnapshot:
     return ManifestSnapshot(ds, specs)
 
 
+def _boundary(what: str) -> Callable[[F], F]:
+    """Raw Lance / Arrow failures of the decorated method become :class:`StorageError` naming
+    the namespace, what was being done and the file (no Rust source locations)."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def guarded(first: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(first, *args, **kwargs)
+            except Exception as e:
+                if not is_storage_failure(e):
+                    raise
+                if isinstance(first, PartitionedNamespace):
+                    where = first.uri
+                else:
+                    where = os.fspath(args[0] if args else kwargs.get("uri", "?"))
+                raise storage_error(e, where, what) from None
+
+        return guarded  # type: ignore[return-value]
+
+    return decorate
+
+
 class PartitionedNamespace:
     """A Lance partitioned namespace: one Lance table per partition, listed in ``__manifest``.
 
@@ -93,6 +121,7 @@ class PartitionedNamespace:
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
+    @_boundary("creating the namespace")
     def create(
         cls,
         uri: str | os.PathLike[str],
@@ -145,6 +174,7 @@ class PartitionedNamespace:
         return cls(root, store.storage_options, snap, pinned=False)
 
     @classmethod
+    @_boundary("opening the namespace")
     def open(
         cls,
         uri: str | os.PathLike[str],
@@ -209,12 +239,14 @@ class PartitionedNamespace:
         """The ``__manifest`` table metadata (root namespace properties)."""
         return dict(self._snapshot.metadata)
 
+    @_boundary("reading __manifest")
     def refresh(self) -> PartitionedNamespace:
         """Move to the latest manifest version (no-op for a namespace opened at a version)."""
         if not self._pinned:
             self._snapshot = _load_snapshot(self._store.open_latest())
         return self
 
+    @_boundary("listing partitions")
     def partitions(self) -> list[dict[str, Any]]:
         """Every registered partition table: object id, location, spec, values, read version."""
         out = []
@@ -248,6 +280,7 @@ class PartitionedNamespace:
         raise PartitionedNamespaceError(f"no partition namespace {oid!r}")
 
     # -- write --------------------------------------------------------------------------------
+    @_boundary("writing")
     def write(
         self,
         data: Any,
@@ -289,6 +322,7 @@ class PartitionedNamespace:
     _before_commit = None
 
     # -- read ---------------------------------------------------------------------------------
+    @_boundary("planning a scan")
     def plan_scan(self, filter: FilterLike = None) -> ScanPlan:
         """The partition tables (and versions) a scan with ``filter`` reads."""
         return plan_scan(self._snapshot, self.schema_with_ids, self.uri, filter)
@@ -298,6 +332,7 @@ class PartitionedNamespace:
         manifest predicate, partitions kept / total; the residual filter), ``.to_dict()`` JSON."""
         return self.plan_scan(filter)
 
+    @_boundary("scanning")
     def scan(
         self,
         filter: FilterLike = None,
@@ -308,16 +343,19 @@ class PartitionedNamespace:
         plan = self.plan_scan(filter)
         return scan_reader(plan, self.schema_with_ids, columns, self.storage_options, batch_size)
 
+    @_boundary("reading")
     def to_table(self, filter: FilterLike = None, columns: Sequence[str] | None = None) -> pa.Table:
         """The rows matching ``filter`` as one Arrow table."""
         return self.scan(filter, columns).read_all()
 
+    @_boundary("counting rows")
     def count_rows(self, filter: FilterLike = None) -> int:
         """How many rows match ``filter``."""
         first = self.schema.names[:1]
         return sum(b.num_rows for b in self.scan(filter, columns=first))
 
     # -- partition evolution ------------------------------------------------------------------
+    @_boundary("updating the partition spec")
     def update_spec(self, partition_fields: Sequence[PartitionField | SpecField]) -> int:
         """Add spec version N+1 (field ids of identical fields reused); new writes partition by
         it, data written under older versions stays readable and is pruned by its own spec.
@@ -347,24 +385,28 @@ class PartitionedNamespace:
         raise CommitConflictError(f"{self.uri}: spec changes keep conflicting; retry")
 
     # -- schema evolution (core/evolution.py) -------------------------------------------------
+    @_boundary("adding columns")
     def add_columns(self, fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> int:
         """Add nullable columns with new field ids; returns the manifest version."""
         from .evolution import add_columns
 
         return self._after(add_columns(self, fields))
 
+    @_boundary("renaming a column")
     def rename_column(self, old: str, new: str) -> int:
         """Rename a column (its field id is kept); returns the manifest version."""
         from .evolution import rename_column
 
         return self._after(rename_column(self, old, new))
 
+    @_boundary("dropping a column")
     def drop_column(self, name: str) -> int:
         """Drop a column not used by the current spec; returns the manifest version."""
         from .evolution import drop_column
 
         return self._after(drop_column(self, name))
 
+    @_boundary("promoting a column")
     def promote_column(self, name: str, wider_type: pa.DataType) -> int:
         """Widen a column's type (e.g. int32 -> int64); returns the manifest version."""
         from .evolution import promote_column
@@ -372,6 +414,7 @@ class PartitionedNamespace:
         return self._after(promote_column(self, name, wider_type))
 
     # -- compatibility (core/compat.py, core/hive.py) ------------------------------------------
+    @_boundary("upgrading the namespace")
     def upgrade(self) -> int:
         """Rewrite draft-shaped metadata in the current shape; returns the manifest version."""
         from .compat import upgrade
@@ -379,6 +422,7 @@ class PartitionedNamespace:
         return self._after(upgrade(self))
 
     @classmethod
+    @_boundary("importing a Hive tree")
     def import_hive(
         cls,
         uri: str | os.PathLike[str],
@@ -393,6 +437,7 @@ class PartitionedNamespace:
         return import_hive(uri, types=types, storage_options=storage_options)
 
     # -- maintenance (core/maintenance.py) ----------------------------------------------------
+    @_boundary("compacting")
     def compact(
         self, filter: FilterLike = None, target_rows_per_fragment: int = 1 << 20
     ) -> CompactResult:
@@ -402,6 +447,7 @@ class PartitionedNamespace:
 
         return compact(self, filter, target_rows_per_fragment)
 
+    @_boundary("cleaning up")
     def cleanup(
         self,
         older_than: datetime.timedelta = datetime.timedelta(days=7),
@@ -414,12 +460,14 @@ class PartitionedNamespace:
 
         return cleanup(self, older_than, keep_manifest_versions)
 
+    @_boundary("vacuuming")
     def vacuum(self, grace: datetime.timedelta = datetime.timedelta(days=7)) -> VacuumResult:
         """Delete orphan partition tables and unreferenced files older than ``grace``."""
         from .maintenance import vacuum
 
         return vacuum(self, grace)
 
+    @_boundary("dropping partitions")
     def drop_partitions(self, filter: FilterLike) -> DropResult:
         """Deregister, in one manifest commit, the partitions all of whose rows match
         ``filter`` (refused, changing nothing, when a partition matches only in part)."""

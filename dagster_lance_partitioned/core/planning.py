@@ -172,7 +172,7 @@ def _selected_tables(
     in memory, else with Lance's scanner (indexed) when the predicate renders for Lance."""
     if all(p == TRUE for p in predicates.values()):
         return snapshot.tables()
-    if snapshot.loaded or snapshot.dataset.count_rows() <= SMALL_MANIFEST_ROWS:
+    if snapshot.loaded or snapshot.row_count() <= SMALL_MANIFEST_ROWS:
         # a small manifest is read once and the predicate evaluated on its rows in memory
         return [t for t in snapshot.tables() if _keeps(t, snapshot, predicates[t.spec_id])]
     try:

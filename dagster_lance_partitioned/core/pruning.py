@@ -426,7 +426,8 @@ def scan_manifest(snapshot: ManifestSnapshot, where: str) -> list[TableEntry]:
     ]
     present = set(snapshot.arrow_schema.names)
     columns += [f.column for s in snapshot.specs.values() for f in s.fields if f.column in present]
-    rows = snapshot.dataset.to_table(
-        columns=[c for c in dict.fromkeys(columns) if c in present], filter=where
-    )
+    with snapshot.reading("querying __manifest"):
+        rows = snapshot.dataset.to_table(
+            columns=[c for c in dict.fromkeys(columns) if c in present], filter=where
+        )
     return snapshot.entries(rows)

@@ -15,7 +15,13 @@ import pyarrow as pa
 
 from .arrow_json import strip_field_ids
 from .conform import column_sources, conform_for_read
-from .errors import PartitionReadError, SchemaError
+from .errors import (
+    PartitionReadError,
+    SchemaError,
+    clean_message,
+    is_storage_failure,
+    storage_error,
+)
 from .filters import FilterError, to_lance_sql
 from .hive import fill_constants
 from .planning import ScanPlan, ScanTask
@@ -79,7 +85,40 @@ def iter_task_batches(
     then matched by id (a renamed column is found under its old name), else by name.
     ``translated_filter`` is ``filter_sql`` in Lance's dialect (see :func:`lance_filter`); it is
     pushed to Lance only when the table has every namespace column under the same name and type.
-    Otherwise the table is reconciled first and the filter applied by DataFusion."""
+    Otherwise the table is reconciled first and the filter applied by DataFusion.
+
+    A raw Lance / Arrow failure (a missing or corrupt data file) raises
+    :class:`PartitionReadError` naming the partition and the file."""
+    try:
+        yield from _task_batches(
+            task,
+            schema,
+            columns,
+            filter_sql,
+            storage_options,
+            batch_size,
+            translated_filter,
+            fragment_ids,
+        )
+    except Exception as e:
+        if is_storage_failure(e):
+            root = task.uri[: -len(task.location)].rstrip("/") or task.uri
+            raise storage_error(
+                e, root, "reading partition", task.object_id, PartitionReadError
+            ) from None
+        raise
+
+
+def _task_batches(
+    task: ScanTask,
+    schema: pa.Schema,
+    columns: Sequence[str] | None,
+    filter_sql: str | None,
+    storage_options: dict[str, str] | None,
+    batch_size: int | None,
+    translated_filter: str | None,
+    fragment_ids: Sequence[int] | None,
+) -> Iterator[pa.RecordBatch]:
     plain = strip_field_ids(schema)
     target = read_schema(plain, columns)
     try:
@@ -87,7 +126,10 @@ def iter_task_batches(
     except (ValueError, OSError, FileNotFoundError) as e:
         raise PartitionReadError(
             f"partition {task.object_id}: cannot open its table {task.uri} at version "
-            f"{task.read_version if task.read_version is not None else 'latest'}: {e}"
+            f"{task.read_version if task.read_version is not None else 'latest'}: "
+            f"{clean_message(e)}",
+            object_id=task.object_id,
+            path=task.uri,
         ) from None
     table_schema = ds.schema
     where = f"partition {task.object_id} (version {ds.version})"

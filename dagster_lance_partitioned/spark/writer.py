@@ -104,7 +104,10 @@ def open_or_create(
                 "give option 'partitionBy' (e.g. \"country,year(event_date)\")"
             ) from None
     fields = parse_partition_by(partition_by)
-    return PartitionedNamespace.create(uri, schema, fields, storage_options=storage_options)
+    # a concurrent writer may create it first: write into that one
+    return PartitionedNamespace.create(
+        uri, schema, fields, storage_options=storage_options, exist_ok=True
+    )
 
 
 def _partitions(options: Mapping[str, str]) -> list[dict[str, Any]] | None:
