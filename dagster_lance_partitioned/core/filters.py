@@ -7,11 +7,13 @@ import datetime as dt
 import decimal
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import datafusion as dfn
 import datafusion.unparser as dfn_unparser
 import pyarrow as pa
+from datafusion.common import RexType
 
 from .errors import PartitionedNamespaceError
 
@@ -76,24 +78,58 @@ def to_sql(filter: FilterLike) -> str | None:
     return " AND ".join(parts) if parts else None
 
 
-def _plan(sql: str, schema: pa.Schema, optimized: bool = False) -> Any:
+@dataclass(frozen=True)
+class _Planned:
+    """DataFusion's plans of ``SELECT 1 FROM <table> WHERE (<filter>)`` for a checked filter."""
+
+    logical: Any
+    optimized: Any
+
+
+def _planned(sql: str, schema: pa.Schema) -> _Planned:
+    """The plans of ``sql`` as the one predicate of a query over ``schema``; raises
+    :class:`FilterError` for anything else (statement clauses, comments, several statements,
+    subqueries, aggregate or window functions, placeholders, unbalanced text)."""
+    words = _lex(sql)
     ctx = dfn.SessionContext()
     empty = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
     ctx.register_record_batches(_TABLE, [[empty]])
     try:
-        df = ctx.sql(f"SELECT 1 FROM {_TABLE} WHERE {sql}")
-        return df.optimized_logical_plan() if optimized else df.logical_plan()
+        # in parentheses the grammar takes one expression, so a trailing clause cannot parse
+        df = ctx.sql(f"SELECT 1 FROM {_TABLE} WHERE ({sql})")
+        logical = df.logical_plan()
+    except Exception as e:
+        clause = _clause(words) or _aggregate(ctx, sql, schema)
+        if clause:
+            raise _refused(sql, f"{clause} is not allowed") from None
+        raise FilterError(f"invalid filter {sql!r}: {_first_line(e)}") from None
+    _check_shape(sql, logical)
+    try:
+        optimized = df.optimized_logical_plan()
     except Exception as e:
         raise FilterError(f"invalid filter {sql!r}: {_first_line(e)}") from None
+    _check_nodes(sql, optimized)
+    return _Planned(logical, optimized)
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(sql: str, schema: pa.Schema) -> _Planned:
+    return _planned(sql, schema)
+
+
+def check(sql: str, schema: pa.Schema) -> None:
+    """Raise :class:`FilterError` unless ``sql`` is a single predicate over ``schema``."""
+    _checked(sql, schema)
 
 
 @functools.lru_cache(maxsize=256)
 def parse(sql: str, schema: pa.Schema) -> dfn.Expr:
     """Parse ``sql`` as a predicate over ``schema`` with DataFusion; raises :class:`FilterError`."""
-    pred = _find_filter(_plan(sql, schema, optimized=True))  # literals typed by DataFusion
+    plans = _checked(sql, schema)
+    pred = _find_filter(plans.optimized)  # literals typed by DataFusion
     if pred is None:
         # the optimiser removes a filter that is constant (always true, or never)
-        pred = _find_filter(_plan(sql, schema))
+        pred = _find_filter(plans.logical)
         if pred is None:
             raise FilterError(f"invalid filter {sql!r}")
     return pred
@@ -103,9 +139,11 @@ def parse(sql: str, schema: pa.Schema) -> dfn.Expr:
 def to_lance_sql(sql: str, schema: pa.Schema) -> str:
     """The predicate re-emitted by DataFusion in the dialect Lance's scanner reads (identifiers
     in backticks, since Lance takes double quotes as string literals)."""
-    text = dfn_unparser.Unparser(dfn_unparser.Dialect.mysql()).plan_to_sql(
-        _plan(sql, schema, optimized=True)
-    )
+    plan = _checked(sql, schema).optimized
+    try:
+        text = dfn_unparser.Unparser(dfn_unparser.Dialect.mysql()).plan_to_sql(plan)
+    except Exception as e:  # e.g. binary literals, which the unparser cannot write
+        raise FilterError(f"cannot translate filter {sql!r} for the Lance scanner: {e}") from None
     marker = f"FROM `{_TABLE}` WHERE "
     at = text.find(marker)
     if at < 0:
@@ -117,6 +155,217 @@ def to_lance_sql(sql: str, schema: pa.Schema) -> str:
         # filters are applied by DataFusion after reading instead
         raise FilterError(f"filter {sql!r} compares zoned timestamps; not pushed to Lance")
     return text
+
+
+# -- what a filter may not be -----------------------------------------------------------------
+# words that, outside literals and parentheses, start a statement clause (named in the error)
+_CLAUSES = {
+    "SELECT": "a SELECT statement",
+    "WHERE": "the WHERE keyword",
+    "GROUP": "a GROUP BY clause",
+    "HAVING": "a HAVING clause",
+    "ORDER": "an ORDER BY clause",
+    "LIMIT": "a LIMIT clause",
+    "OFFSET": "an OFFSET clause",
+    "FETCH": "a FETCH clause",
+    "UNION": "a UNION set operation",
+    "INTERSECT": "an INTERSECT set operation",
+    "EXCEPT": "an EXCEPT set operation",
+    "MINUS": "a MINUS set operation",
+    "JOIN": "a JOIN",
+    "WINDOW": "a WINDOW clause",
+    "QUALIFY": "a QUALIFY clause",
+    "INTO": "an INTO clause",
+}
+# expressions that read other rows or other relations, or are not values
+_REFUSED_EXPRS = {
+    "InSubquery": "a subquery",
+    "Exists": "a subquery",
+    "ScalarSubquery": "a subquery",
+    "SetComparison": "a subquery",
+    "OuterReferenceColumn": "a subquery",
+    "AggregateFunction": "an aggregate function",
+    "WindowFunction": "a window function",
+    "GroupingSet": "a grouping set",
+    "Unnest": "UNNEST",
+    "Wildcard": "a wildcard",
+    "Placeholder": "a placeholder",
+}
+# plan nodes besides Projection / Filter / TableScan / EmptyRelation that change the row set
+_REFUSED_NODES = {
+    "Aggregate": "an aggregate function",
+    "Window": "a window function",
+    "Limit": "a LIMIT clause",
+    "Sort": "an ORDER BY clause",
+    "Union": "a UNION set operation",
+    "Distinct": "a set operation",
+    "Join": "a subquery",
+    "CrossJoin": "a subquery",
+    "Subquery": "a subquery",
+    "SubqueryAlias": "a subquery",
+    "Unnest": "UNNEST",
+    "RecursiveQuery": "a recursive query",
+    "Values": "a VALUES list",
+}
+
+
+def _refused(sql: str, what: str) -> FilterError:
+    return FilterError(
+        f"filter {sql!r} is not a single predicate: {what} (a filter is one boolean SQL "
+        "expression over the namespace's columns)"
+    )
+
+
+def _lex(sql: str) -> list[tuple[str, int]]:
+    """The words of ``sql`` outside literals and quoted identifiers, upper-cased, with their
+    parenthesis depth; raises :class:`FilterError` for comments, semicolons, unterminated
+    literals or identifiers and unbalanced parentheses (DataFusion's generic SQL dialect)."""
+    words: list[tuple[str, int]] = []
+    depth, i, n = 0, 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        if ch in "'\"`":
+            i = _close(sql, i + 1, ch, backslash=False)
+        elif ch == "$":
+            i = _dollar(sql, i)
+        elif ch.isalpha() or ch == "_":
+            j = i + 1
+            while j < n and (sql[j].isalnum() or sql[j] in "_$@#"):
+                j += 1
+            word = sql[i:j]
+            if word in ("E", "e") and j < n and sql[j] == "'":
+                i = _close(sql, j + 1, "'", backslash=True)  # E'...': backslash escapes
+                continue
+            words.append((word.upper(), depth))
+            i = j
+        elif sql.startswith("--", i):
+            raise _refused(sql, "a comment (--) is not allowed")
+        elif sql.startswith("/*", i):
+            raise _refused(sql, "a comment (/* */) is not allowed")
+        elif ch == ";":
+            raise _refused(sql, "a semicolon (more than one statement) is not allowed")
+        elif ch == "(":
+            depth, i = depth + 1, i + 1
+        elif ch == ")":
+            depth, i = depth - 1, i + 1
+            if depth < 0:
+                raise _refused(sql, "unbalanced parentheses (a ')' closes nothing)")
+        else:
+            i += 1
+    if depth:
+        raise _refused(sql, f"unbalanced parentheses ({depth} '(' not closed)")
+    return words
+
+
+def _close(sql: str, i: int, quote: str, backslash: bool) -> int:
+    """The index after the ``quote`` closing the literal or identifier whose text starts at
+    ``i`` (a doubled quote is one quote character)."""
+    n = len(sql)
+    while i < n:
+        ch = sql[i]
+        if backslash and ch == "\\":
+            i += 2
+        elif ch != quote:
+            i += 1
+        elif i + 1 < n and sql[i + 1] == quote:
+            i += 2
+        else:
+            return i + 1
+    kind = "string literal" if quote == "'" else "quoted identifier"
+    raise _refused(sql, f"unterminated {kind} ({quote} not closed)")
+
+
+def _dollar(sql: str, i: int) -> int:
+    """The index after a ``$tag$...$tag$`` string or a ``$name`` placeholder starting at ``i``."""
+    j = i + 1
+    while j < len(sql) and (sql[j].isalnum() or sql[j] == "_"):
+        j += 1
+    if j >= len(sql) or sql[j] != "$":
+        return j  # a placeholder: refused once planned
+    tag = sql[i : j + 1]
+    end = sql.find(tag, j + 1)
+    if end < 0:
+        raise _refused(sql, f"unterminated dollar-quoted string ({tag} not closed)")
+    return end + len(tag)
+
+
+def _clause(words: list[tuple[str, int]]) -> str | None:
+    """The statement clause ``words`` hold outside parentheses (else a subquery), if any."""
+    for word, depth in words:
+        if depth == 0 and word in _CLAUSES:
+            return _CLAUSES[word]
+    if any(word == "SELECT" for word, _ in words):
+        return "a subquery"
+    return None
+
+
+def _aggregate(ctx: dfn.SessionContext, sql: str, schema: pa.Schema) -> str | None:
+    """The aggregate or window function ``sql`` calls (which DataFusion refuses in WHERE)."""
+    # grouped by every column, a select list may mix aggregates with plain column references
+    group_by = ", ".join(quote_ident(name) for name in schema.names)
+    try:
+        plan = ctx.sql(f"SELECT ({sql}) FROM {_TABLE} GROUP BY {group_by}").logical_plan()
+    except Exception:
+        return None
+    for node in _nodes(plan):
+        variant = node.to_variant()
+        kind = type(variant).__name__
+        if kind == "Aggregate" and variant.aggregate_exprs():
+            names = sorted({e.schema_name().split("(")[0] for e in variant.aggregate_exprs()})
+            return f"an aggregate function ({', '.join(names)})"
+        if kind in ("Window", "WindowExpr"):
+            return "a window function"
+    return None
+
+
+def _nodes(plan: Any) -> list[Any]:
+    out = [plan]
+    for child in plan.inputs():
+        out.extend(_nodes(child))
+    return out
+
+
+def _check_shape(sql: str, plan: Any) -> None:
+    """Refuse a plan other than Projection over Filter over the table scan, or a predicate
+    with subqueries, aggregate or window functions, or placeholders."""
+    kinds = [type(node.to_variant()).__name__ for node in _nodes(plan)]
+    if kinds != ["Projection", "Filter", "TableScan"]:
+        other = next((k for k in kinds if k in _REFUSED_NODES), None)
+        what = _REFUSED_NODES[other] if other else "plan " + " / ".join(kinds)
+        raise _refused(sql, f"{what} is not allowed")
+    what = _refused_expr(plan.inputs()[0].to_variant().predicate())
+    if what:
+        raise _refused(sql, f"{what} is not allowed")
+
+
+def _refused_expr(expr: dfn.Expr) -> str | None:
+    """What in ``expr`` a filter may not hold, if anything."""
+    name = expr.variant_name()
+    if name in _REFUSED_EXPRS:
+        return _REFUSED_EXPRS[name]
+    rex = expr.rex_type()
+    if rex == RexType.Alias:
+        return _refused_expr(expr.to_variant().expr())
+    if rex != RexType.Call:
+        return None if rex in (RexType.Literal, RexType.Reference) else f"expression {name}"
+    try:
+        operands = expr.rex_call_operands()
+    except Exception:
+        return f"expression {name}"
+    for operand in operands:
+        found = _refused_expr(operand)
+        if found:
+            return found
+    return None
+
+
+def _check_nodes(sql: str, plan: Any) -> None:
+    """Refuse an optimised plan that joins, aggregates, sorts or limits (a decorrelated
+    subquery, say): the filter then is not a predicate on each row alone."""
+    for node in _nodes(plan):
+        kind = type(node.to_variant()).__name__
+        if kind in _REFUSED_NODES:
+            raise _refused(sql, f"{_REFUSED_NODES[kind]} is not allowed")
 
 
 def _first_line(e: Exception) -> str:
@@ -136,9 +385,10 @@ def _find_filter(plan: Any) -> dfn.Expr | None:
 
 def literal_value(expr: dfn.Expr, target: pa.DataType) -> tuple[bool, Any]:
     """(ok, value cast to ``target``) for a literal expression, else (False, None)."""
-    if type(expr.to_variant()).__name__ == "Cast":
+    kind = expr.variant_name()  # not every kind converts with to_variant (function calls)
+    if kind == "Cast":
         return literal_value(expr.to_variant().expr(), target)
-    if type(expr.to_variant()).__name__ != "Literal":
+    if kind != "Literal":
         return False, None
     try:
         value = expr.python_value()

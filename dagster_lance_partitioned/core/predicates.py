@@ -121,19 +121,33 @@ def from_datafusion(expr: dfn.Expr, schema: pa.Schema) -> Pred:
     return _convert(expr, schema, negate=False)
 
 
+# the expression kinds pruning reads (others, e.g. function calls, DataFusion's Python binding
+# cannot always convert, and pruning keeps every partition for them)
+_CONVERTED = frozenset(
+    ("Alias", "Not", "BinaryExpr", "IsNull", "IsNotNull", "InList", "Between", "Like", "Literal")
+)
+
+
 def _name(expr: dfn.Expr) -> str | None:
-    v = expr.to_variant()
-    kind = type(v).__name__
+    kind = expr.variant_name()
     if kind == "Column":
-        return v.name()
+        return expr.to_variant().name()
     if kind == "Alias":
-        return _name(v.expr())
+        return _name(expr.to_variant().expr())
     return None
 
 
+def _ilike(expr: dfn.Expr, like: Any) -> bool:
+    """Whether the ``Like`` node ``expr`` is ILIKE (the binding's Like does not say)."""
+    operator = expr.canonical_name()[len(like.expr().canonical_name()) :].lstrip()
+    return operator.startswith(("ILIKE", "NOT ILIKE"))
+
+
 def _convert(expr: dfn.Expr, schema: pa.Schema, negate: bool) -> Pred:
+    kind = expr.variant_name()
+    if kind not in _CONVERTED:
+        return UNKNOWN
     v = expr.to_variant()
-    kind = type(v).__name__
     if kind == "Alias":
         return _convert(v.expr(), schema, negate)
     if kind == "Not":
@@ -192,6 +206,8 @@ def _convert(expr: dfn.Expr, schema: pa.Schema, negate: bool) -> Pred:
         col = _name(v.expr())
         if col is None or schema.get_field_index(col) < 0 or v.escape_char() is not None:
             return UNKNOWN
+        if _ilike(expr, v):
+            return UNKNOWN  # case-insensitive: no pruning
         ok, pattern = literal_value(v.pattern(), pa.utf8())
         if not ok or not isinstance(pattern, str):
             return UNKNOWN
