@@ -375,10 +375,9 @@ def test_explain_is_readable_and_json(ident):
 
 
 def test_large_manifests_get_indexes_and_plan_the_same(tmp_path, monkeypatch):
-    from dagster_lance_partitioned.core import manifest as manifest_mod
-    from dagster_lance_partitioned.core import planning
+    from dagster_lance_partitioned.core import manifest_ops, planning
 
-    monkeypatch.setattr(manifest_mod, "INDEX_MIN_ROWS", 10)
+    monkeypatch.setattr(manifest_ops, "INDEX_MIN_ROWS", 10)
     monkeypatch.setattr(planning, "SMALL_MANIFEST_ROWS", 0)  # plan through Lance's scanner
     schema = pa.schema(
         [pa.field("id", pa.int64(), nullable=False), ("k", pa.int32()), ("s", pa.utf8())]
@@ -406,9 +405,15 @@ def test_large_manifests_get_indexes_and_plan_the_same(tmp_path, monkeypatch):
         b = {x.object_id for x in loaded.plan_scan(flt).tasks}
         assert a == b and a, flt
         assert fresh.plan_scan(flt).total_partitions == 12
-    ns.write(t.slice(0, 5), mode="overwrite_partitions")  # a rewrite keeps them indexed
+    ns.write(t.slice(0, 5), mode="overwrite_partitions")  # a row-level commit keeps them
     m = lance.dataset(os.path.join(ns.uri, "__manifest"))
     assert "partition_field_k" in {n for i in m.describe_indices() for n in i.field_names}
+    for flt in ["k = 3", "k IN (1, 2) AND s = 'b'"]:  # new rows are found through the indexes
+        fresh, loaded = PartitionedNamespace.open(ns.uri), PartitionedNamespace.open(ns.uri)
+        loaded.partitions()
+        assert {x.object_id for x in fresh.plan_scan(flt).tasks} == {
+            x.object_id for x in loaded.plan_scan(flt).tasks
+        }
 
 
 def test_constant_and_contradictory_filters(ident):

@@ -204,6 +204,8 @@ def _needs_fill(table: pa.Table, conversion: Conversion) -> bool:
 class _FillEdit(ManifestEdit):
     """A manifest edit that fills the current-shape partition columns of every row."""
 
+    row_level = False
+
     def __init__(self, conversion: Conversion, properties: dict[str, str]) -> None:
         super().__init__(properties=properties)
         self.conversion = conversion

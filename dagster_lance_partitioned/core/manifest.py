@@ -10,7 +10,7 @@ import secrets
 import string
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import lance
@@ -34,6 +34,7 @@ from .errors import (
     is_storage_failure,
     storage_error,
 )
+from .manifest_ops import ManifestEdit, build_transaction, upkeep
 from .spec import PartitionSpec
 
 MANIFEST_DIR = "__manifest"
@@ -49,13 +50,12 @@ SCHEMA_KEY = "schema"
 TABLE_NAME = "dataset"
 SEP = "$"
 COMMIT_PROPERTY_PREFIX = "dlp."
-# Manifests with at least this many rows get scalar indexes (BTree on object_id and the
-# partition columns, bitmap on object_type). Measured (docs/benchmarks.md): below it a plan
-# scans the manifest in under 11 ms; at 100k rows an index cuts an equality plan from 10.5 to
-# 3.2 ms, but every manifest commit rewrites the table, so indexes are rebuilt (~170 ms).
-INDEX_MIN_ROWS = 100_000
+# How long a commit keeps re-planning over concurrent commits before it gives up.
+COMMIT_TIMEOUT_SECONDS = 120.0
 OVERWRITE_ALL = "*"
 CREATE_OPERATION = "create"
+# Manifests of at most this many rows are read whole for lookups (cheaper than a query).
+SMALL_MANIFEST_ROWS = 2_000
 CREATE_WAIT_SECONDS = 10.0  # how long an open waits for a concurrent creation to complete
 
 _NAME_ALPHABET = string.ascii_lowercase + string.digits
@@ -163,6 +163,7 @@ class ManifestSnapshot:
         self._counts: dict[int, int] | None = None
         self._tables: list[TableEntry] | None = None
         self._ns_index: dict[tuple[int, tuple[Any, ...]], str] | None = None
+        self._sentinel: str | None = None
 
     @property
     def table(self) -> pa.Table:
@@ -285,48 +286,109 @@ class ManifestSnapshot:
         """Partition values -> table, for one spec version."""
         return {t.values: t for t in self.tables() if t.spec_id == spec_id}
 
+    # -- targeted lookups (a large manifest is queried, never read whole) -----------------------
+    def rows_where(
+        self, where: pc.Expression, columns: list[str] | None = None, with_address: bool = False
+    ) -> pa.Table:
+        """The manifest rows matching ``where`` (all columns unless ``columns``; with
+        ``_rowaddr`` when ``with_address``), from memory when loaded, else by an (indexed)
+        Lance scan."""
+        if self._table is not None and not with_address:
+            rows = self._table.filter(where)
+            return rows if columns is None else rows.select(columns)
+        with self.reading("querying __manifest"):
+            return self.dataset.to_table(
+                columns=columns, filter=where, with_row_address=with_address
+            )
 
-@dataclass
-class ManifestEdit:
-    """Row changes to apply in one manifest commit.
+    def rows_by_id(self, object_ids: Iterable[str], with_address: bool = False) -> pa.Table:
+        """Every column of the rows with ``object_ids``."""
+        ids = pa.array(sorted(set(object_ids)), pa.utf8())
+        return self.rows_where(pc.field("object_id").isin(ids), with_address=with_address)
 
-    ``upserts`` maps object ids to the columns to set (other columns of an existing row, including
-    ones this package does not know, keep their values); ``deletes`` removes rows."""
+    def sentinel_id(self) -> str | None:
+        """The row every row-level commit re-writes (the first spec namespace, ``v<N>``), so
+        that concurrent commits always conflict; None when the manifest has no such row."""
+        if self._sentinel is None:
+            # spec namespace rows are never removed and later ones sort after: once found,
+            # the sentinel of a manifest never changes
+            self._sentinel = _SENTINELS.get(self.dataset.uri)
+        if self._sentinel is None:
+            rows = self.rows_where(
+                pc.field("object_type") == "namespace", columns=["object_id"]
+            ).column("object_id")
+            spec_rows = [oid for oid in rows.to_pylist() if SEP not in oid]
+            self._sentinel = min(spec_rows, key=_spec_order) if spec_rows else ""
+            if self._sentinel:
+                _SENTINELS[self.dataset.uri] = self._sentinel
+        return self._sentinel or None
 
-    upserts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    deletes: set[str] = field(default_factory=set)
-    new_columns: list[pa.Field] = field(default_factory=list)
-    properties: dict[str, str] = field(default_factory=dict)
+    def forget_sentinel(self) -> None:
+        """Drop the cached sentinel (it was not found in this version)."""
+        _SENTINELS.pop(self.dataset.uri, None)
+        self._sentinel = ""
 
-    def apply(self, table: pa.Table) -> pa.Table:
-        """The manifest rows after this edit."""
-        schema = table.schema
-        for f in self.new_columns:
-            if f.name not in schema.names:
-                schema = schema.append(f)
-                table = table.append_column(f, pa.nulls(table.num_rows, f.type))
-        touched = set(self.upserts) | self.deletes
-        ids = table.column("object_id")
-        if touched:
-            mask = pc.is_in(ids, value_set=pa.array(sorted(touched), pa.utf8()))
-            keep = table.filter(pc.invert(mask))
-            changed = table.filter(mask).to_pylist()
+    def find_tables(
+        self, spec: PartitionSpec, keys: Iterable[tuple[Any, ...]]
+    ) -> dict[tuple[Any, ...], TableEntry]:
+        """The registered tables of ``spec`` with partition values ``keys``."""
+        wanted = set(keys)
+        if not wanted:
+            return {}
+        if self._tables is not None or self._small():
+            index = self.table_index(spec.spec_id)
+            return {k: index[k] for k in wanted if k in index}
+        where = _values_filter(spec, len(spec.fields), wanted) & (
+            pc.field("object_type") == "table"
+        )
+        found = self.entries(self.rows_where(where))
+        return {t.values: t for t in found if t.spec_id == spec.spec_id and t.values in wanted}
+
+    def find_namespaces(
+        self, spec: PartitionSpec, prefixes: Iterable[tuple[Any, ...]]
+    ) -> dict[tuple[int, tuple[Any, ...]], str]:
+        """(spec id, values of the levels so far) -> object id of the partition namespaces of
+        ``spec`` at ``prefixes``."""
+        wanted = {(spec.spec_id, p) for p in prefixes}
+        if not wanted:
+            return {}
+        if self._ns_index is not None or self._small():
+            index = self.namespace_ids()
         else:
-            keep, changed = table, []
-        existing = {row["object_id"]: row for row in changed}
-        rows = []
-        for oid, cols in self.upserts.items():
-            if oid in self.deletes:
-                continue
-            row = dict(existing.get(oid) or {n: None for n in schema.names})
-            unknown = set(cols) - set(schema.names)
-            if unknown:
-                raise ManifestError(f"manifest has no column(s) {sorted(unknown)}")
-            row.update(cols)
-            row["object_id"] = oid
-            rows.append(row)
-        new = pa.Table.from_pylist(rows, schema=schema)
-        return pa.concat_tables([keep.cast(schema), new])
+            where = _values_filter(spec, 1, {p[:1] for _, p in wanted}) & (
+                pc.field("object_type") == "namespace"
+            )
+            index = ManifestSnapshot._entries(self.rows_where(where), {spec.spec_id: spec})[1]
+        return {k: index[k] for k in wanted if k in index}
+
+    def _small(self) -> bool:
+        """Whether reading every row is cheaper than querying (and is cached)."""
+        return self.row_count() <= SMALL_MANIFEST_ROWS
+
+
+_SENTINELS: dict[str, str] = {}  # manifest uri -> its sentinel row's object id
+
+
+def _spec_order(object_id: str) -> tuple[int, str]:
+    spec_id = _spec_id_of(object_id + SEP)
+    return (spec_id if spec_id is not None else 1 << 62, object_id)
+
+
+def _values_filter(spec: PartitionSpec, levels: int, keys: set[tuple[Any, ...]]) -> pc.Expression:
+    """A filter keeping (at least) the manifest rows whose first ``levels`` partition columns of
+    ``spec`` take the values of one of ``keys`` (each column tested against its values)."""
+    where = pc.scalar(True)
+    for i, f in enumerate(spec.fields[:levels]):
+        values = {k[i] for k in keys}
+        present = [v for v in values if v is not None]
+        test = None
+        if present:
+            test = pc.field(f.column).isin(pa.array(present, f.result_type))
+        if None in values:
+            null = pc.field(f.column).is_null()
+            test = null if test is None else test | null
+        where = where & test
+    return where
 
 
 class ManifestStore:
@@ -414,16 +476,19 @@ class ManifestStore:
         """Raise :class:`VersionGoneError` when a table version ``edit`` registers is no longer
         on storage (a cleanup or vacuum removed it after the table commit), so that no
         manifest commit ever points at a missing version."""
-        locations: dict[str, str] | None = None
+        registered = [
+            (oid, cols)
+            for oid, cols in edit.upserts.items()
+            if oid not in edit.deletes and cols.get("read_version") is not None
+        ]
+        unknown = [oid for oid, cols in registered if cols.get("location") is None]
+        locations: dict[str, str] = {}
+        if unknown:
+            rows = snap.rows_by_id(unknown).select(["object_id", "location"]).to_pylist()
+            locations = {r["object_id"]: r["location"] for r in rows}
         pins: list[tuple[str, str, int]] = []
-        for oid, cols in edit.upserts.items():
-            if oid in edit.deletes or cols.get("read_version") is None:
-                continue
-            location = cols.get("location")
-            if location is None:
-                if locations is None:
-                    locations = {t.object_id: t.location for t in snap.tables()}
-                location = locations.get(oid)
+        for oid, cols in registered:
+            location = cols.get("location") or locations.get(oid)
             if location is not None:
                 pins.append((oid, location, int(cols["read_version"])))
         gone = missing_versions(self.root, pins, self.storage_options)
@@ -478,62 +543,39 @@ class ManifestStore:
         self,
         load: Callable[[lance.LanceDataset], ManifestSnapshot],
         plan: Callable[[ManifestSnapshot], ManifestEdit],
-        max_attempts: int = 30,
+        timeout: float = COMMIT_TIMEOUT_SECONDS,
     ) -> ManifestSnapshot:
-        """Apply ``plan(latest snapshot)`` as one Lance commit; on a concurrent commit, reload
-        the latest manifest and plan again (``plan`` raises to give up)."""
+        """Apply ``plan(latest snapshot)`` as one Lance commit (row-level: only the changed rows
+        are written, see :func:`~.manifest_ops.build_transaction`); on a concurrent commit,
+        reload the latest manifest and plan again, backing off with jitter, until ``timeout``
+        seconds have passed (then :class:`CommitConflictError`; ``plan`` raises to give up)."""
         self.check_store()
-        delay = 0.01
-        for _attempt in range(max_attempts):
+        deadline = time.monotonic() + timeout
+        delay = 0.005
+        attempts = 0
+        while True:
+            attempts += 1
             snap = load(self.dataset())
             edit = plan(snap)
             self.verify_versions(snap, edit)
-            new_table = edit.apply(snap.table)
-            frags = write_fragments(
-                new_table,
-                self.uri,
-                schema=new_table.schema,
-                mode="overwrite",
-                storage_options=self.storage_options,
-            )
             props = {COMMIT_PROPERTY_PREFIX + k: v for k, v in edit.properties.items()}
-            tx = Transaction(
-                read_version=snap.version,
-                operation=LanceOperation.Overwrite(new_table.schema, frags),
-                transaction_properties=props,
-            )
             try:
+                tx = build_transaction(snap, edit, self.uri, self.storage_options, props)
                 ds = lance.LanceDataset.commit(
                     self.uri, tx, storage_options=self.storage_options, max_retries=0
                 )
             except (lance.commit.CommitConflictError, OSError) as e:
                 if not _is_conflict(e):
                     raise
-                time.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 0.5)
+                if time.monotonic() + delay > deadline:
+                    raise CommitConflictError(
+                        f"{self.uri}: gave up after {attempts} attempts in {timeout:.0f} s of "
+                        "concurrent manifest commits; nothing of this commit is visible, retry it"
+                    ) from None
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.25)
                 continue
-            return load(self.ensure_indexes(ds))
-        raise CommitConflictError(
-            f"{self.uri}: gave up after {max_attempts} concurrent-commit retries"
-        )
-
-    def ensure_indexes(self, ds: lance.LanceDataset) -> lance.LanceDataset:
-        """Index a large manifest (see :data:`INDEX_MIN_ROWS`); best effort: a concurrent
-        commit wins, and the indexes are built again after the next one."""
-        if ds.count_rows() < INDEX_MIN_ROWS:
-            return ds
-        have = {name for index in ds.describe_indices() for name in index.field_names}
-        wanted = [("object_type", "BITMAP"), ("object_id", "BTREE")] + [
-            (name, "BTREE") for name in ds.schema.names if name.startswith("partition_field_")
-        ]
-        for column, kind in wanted:
-            if column in have:
-                continue
-            try:
-                ds.create_scalar_index(column, kind)
-            except (lance.commit.CommitConflictError, OSError, ValueError):
-                return ds
-        return ds
+            return load(upkeep(ds))
 
     def commit_properties(self, version: int) -> dict[str, str] | None:
         """This package's properties of the commit that made ``version`` (None: not ours)."""

@@ -11,7 +11,7 @@ import pyarrow as pa
 from . import storage
 from .filters import FilterLike, parse, to_sql
 from .hive import identity_constants
-from .manifest import ManifestSnapshot, TableEntry
+from .manifest import SMALL_MANIFEST_ROWS, ManifestSnapshot, TableEntry
 from .predicates import TRUE, NotRenderable, Pred, from_datafusion, holds
 from .predicates import to_sql as pred_sql
 from .pruning import (
@@ -23,10 +23,6 @@ from .pruning import (
     select_tables,
 )
 from .spec import PartitionSpec
-
-# Manifests up to this many rows are read once and planned in memory (below it a Lance query
-# costs more than evaluating the projected predicate on every partition's values).
-SMALL_MANIFEST_ROWS = 2_000
 
 
 @dataclass(frozen=True)

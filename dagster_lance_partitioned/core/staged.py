@@ -187,6 +187,9 @@ class StagedWrite:
         """Commit every staged partition table once, then one ``__manifest`` commit (driver
         side). Partitions of the data not staged by any worker are untouched."""
         writer = self._writer()
+        writer._resolve(
+            {part.key for message in messages if message for part in message.partitions}
+        )
         merged: dict[tuple[Any, ...], _Pending] = {}
         for message in messages:
             for part in message.partitions if message else ():

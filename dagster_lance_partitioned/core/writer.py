@@ -168,8 +168,11 @@ class PartitionWriter:
         self.commit_properties = dict(commit_properties or {})
         self.before_commit = before_commit
         self.allowed = None if partitions is None else self._keys(partitions)
-        self._index = base.table_index(spec.spec_id)
-        self._ns_ids = base.namespace_ids()
+        # registered tables and partition namespaces of the base version, looked up as keys
+        # arrive (a large manifest is queried for them, never read whole)
+        self._index: dict[tuple[Any, ...], TableEntry] = {}
+        self._ns_ids: dict[tuple[int, tuple[Any, ...]], str] = {}
+        self._resolved: set[tuple[Any, ...]] = set()
         self._pending: dict[tuple[Any, ...], _Pending] = {}
         self._new_names: dict[tuple[Any, ...], str] = {}  # prefix -> name chosen by this write
         self._relocations: dict[tuple[tuple[Any, ...], str], tuple[str, int]] = {}
@@ -210,6 +213,7 @@ class PartitionWriter:
         existing one is replaced by nothing, a new one is registered as an empty table (so a
         write of N named partitions always leaves N partitions)."""
         if self.allowed is not None and self.mode == "overwrite_partitions":
+            self._resolve(self.allowed - set(self._pending))
             for key in sorted(self.allowed - set(self._pending), key=repr):
                 self._pending[key] = self._new_pending(key)
 
@@ -217,7 +221,9 @@ class PartitionWriter:
         """Write ``data`` and commit; nothing is visible unless this returns."""
         self.ingest(data)
         self.empty_named_partitions()
-        if not self._pending and not (self.mode == "overwrite" and self.base.tables()):
+        if not self._pending and not (
+            self.mode == "overwrite" and sum(self.base.table_counts().values())
+        ):
             # nothing to write and nothing to deregister: no commit
             return WriteResult(self.base.version, self.spec.spec_id, self.mode, (), (), False)
         self._finish_tables()
@@ -243,6 +249,7 @@ class PartitionWriter:
                     for start in range(0, batch.num_rows, SPLIT_CHUNK_ROWS)
                 ]
                 for parts in pool.map(lambda c: list(evaluator.split(c)), chunks):
+                    self._resolve({key for key, _ in parts if key not in self._pending})
                     for key, part in parts:
                         self._add(key, part)
 
@@ -280,7 +287,21 @@ class PartitionWriter:
         for future in [pool.submit(gather, p) for p in lazy]:
             future.result()
 
+    def _resolve(self, keys: set[tuple[Any, ...]]) -> None:
+        """Look up, in the base version, the tables and partition namespaces of new ``keys``
+        (one query for all of them)."""
+        todo = keys - self._resolved
+        if not todo:
+            return
+        self._index.update(self.base.find_tables(self.spec, todo))
+        prefixes = {
+            k[:level] for k in todo if k not in self._index for level in range(1, len(k) + 1)
+        }
+        self._ns_ids.update(self.base.find_namespaces(self.spec, prefixes))
+        self._resolved |= todo
+
     def _new_pending(self, key: tuple[Any, ...]) -> _Pending:
+        self._resolve({key})
         existing = self._index.get(key)
         if existing is not None:
             storage.check_location(existing.location, existing.object_id)
@@ -569,8 +590,13 @@ class PartitionWriter:
                     f"{self.store.root}: partition spec v{self.spec.spec_id} changed while this "
                     "write was running (e.g. an upgrade); retry the write"
                 )
-            index = snap.table_index(self.spec.spec_id)
-            ns_ids = dict(snap.namespace_ids())
+            if snap is self.base:
+                index, ns_ids = self._index, dict(self._ns_ids)
+            else:
+                keys = set(self._pending)
+                index = snap.find_tables(self.spec, keys)
+                prefixes = {k[:n] for k in keys for n in range(1, len(k) + 1)}
+                ns_ids = dict(snap.find_namespaces(self.spec, prefixes))
             # the spec's manifest columns and v<N> namespace come with its first write
             edit = ManifestEdit(new_columns=partition_field_columns([self.spec]))
             edit.upserts[self.spec.namespace] = {"object_type": "namespace"}
