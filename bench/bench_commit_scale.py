@@ -128,7 +128,8 @@ import json, sys, time
 import pyarrow as pa
 from dagster_lance_partitioned import PartitionedNamespace
 from dagster_lance_partitioned.core.errors import CommitConflictError
-root, me, count, mode, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+root, me, count, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+start = float(sys.argv[5])
 schema = pa.schema([pa.field("key", pa.int64()), pa.field("value", pa.float64())])
 ns = PartitionedNamespace.open(root)
 while time.time() < start:
@@ -138,7 +139,8 @@ for i in range(count):
     key = 7 if mode == "overwrite_partitions" else 1_000_000 + me * 1000 + i % 5
     t0 = time.perf_counter()
     try:
-        ns.write(pa.table({"key": [key] * 3, "value": [float(me * 1000 + i)] * 3}, schema=schema), mode=mode)
+        rows = {"key": [key] * 3, "value": [float(me * 1000 + i)] * 3}
+        ns.write(pa.table(rows, schema=schema), mode=mode)
         out.append(["ok", time.perf_counter() - t0])
     except CommitConflictError:
         out.append(["conflict", time.perf_counter() - t0])
