@@ -24,6 +24,7 @@ from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.cli import main, parse, parse_arrow_type
 from dagster_lance_partitioned.core import arrow_json
 from dagster_lance_partitioned.core.manifest import base_manifest_schema
+from dagster_lance_partitioned.core.windows import TimeWindow
 
 LONG_COUNTRY = "Z" * 150
 BIN_DIR = Path(sys.executable).parent
@@ -179,18 +180,61 @@ def test_partitions_text(capsys, ns):
     code, out, _ = run(capsys, "partitions", ns.uri)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["object_id", "location", "spec", "values", "read_version"]
-    assert lines[-1] == "7 partitions"
+    assert lines[0].split() == [
+        "values",
+        "rows",
+        "size",
+        "spec",
+        "read_version",
+        "object_id",
+        "location",
+    ]
+    assert lines[-1].startswith("7 partitions (14 rows, ")
     for p in ns.partitions():
-        (line,) = [row for row in lines if row.startswith(p["object_id"] + " ")]
-        assert p["location"] in line
-        assert line.rstrip().endswith(str(p["read_version"]))
+        (line,) = [row for row in lines if f"  {p['object_id']}  " in row]
+        assert line.rstrip().endswith(p["location"])
         if p["values"]["country"] != LONG_COUNTRY:
             country, year = p["values"]["country"], p["values"]["event_date_year"]
-            assert f"country={country}, event_date_year={year}" in line
+            assert line.startswith(f"country={country}, event_date_year={year} ")
     # the 150-character partition value is cut to the default width with an ellipsis
     assert LONG_COUNTRY not in out
     assert "country=" + "Z" * 71 + "…" in out  # 80 characters in all
+
+
+def table_bytes(ns: PartitionedNamespace, location: str) -> int:
+    """The bytes of the data files under a partition table (each written once, never removed)."""
+    data = Path(ns.uri) / location / "data"
+    return sum(f.stat().st_size for f in data.iterdir())
+
+
+def test_partitions_sorted_with_rows_and_bytes(capsys, ns):
+    doc = run_json(capsys, "partitions", ns.uri)
+    parts = doc["partitions"]
+    keys = [(p["values"]["country"], p["values"]["event_date_year"]) for p in parts]
+    assert keys == sorted(keys)
+    assert keys[0] == ("DE", 2025) and keys[-1] == (LONG_COUNTRY, 2024)
+    rows = ns.to_table().to_pylist()
+    for p in parts:
+        want = [
+            r
+            for r in rows
+            if r["country"] == p["values"]["country"]
+            and r["event_date"].year == p["values"]["event_date_year"]
+        ]
+        assert p["rows"] == len(want) > 0
+        assert p["bytes"] == table_bytes(ns, p["location"]) > 0
+    assert sum(p["rows"] for p in parts) == 14
+    _, out, _ = run(capsys, "partitions", ns.uri)
+    body = out.splitlines()[2:-1]
+    assert [re.split(r"\s{2,}", line.strip())[1] for line in body] == [
+        str(p["rows"]) for p in parts
+    ]
+    total = sum(p["bytes"] for p in parts)
+    assert out.splitlines()[-1] == f"7 partitions (14 rows, {total / 1024:.1f} KiB)"
+    # without stats the tables are not opened
+    doc = run_json(capsys, "partitions", ns.uri, "--no-stats")
+    assert {p["rows"] for p in doc["partitions"]} == {None}
+    assert [p["object_id"] for p in doc["partitions"]] == [p["object_id"] for p in parts]
 
 
 def test_partitions_json_matches_api(capsys, ns):
@@ -198,7 +242,11 @@ def test_partitions_json_matches_api(capsys, ns):
     assert doc["total_partitions"] == 7
     assert doc["filter"] is None
     assert doc["manifest_version"] == ns.version
-    assert doc["partitions"] == jsonable(ns.partitions())
+    got = {
+        p["object_id"]: {k: v for k, v in p.items() if k not in ("rows", "bytes")}
+        for p in doc["partitions"]
+    }
+    assert got == {p["object_id"]: p for p in jsonable(ns.partitions())}
 
 
 def test_partitions_filter_lists_only_planned(capsys, ns):
@@ -208,13 +256,13 @@ def test_partitions_filter_lists_only_planned(capsys, ns):
     assert len(doc["partitions"]) == len(plan.tasks) == 2
     assert doc["total_partitions"] == 7
     assert {p["values"]["country"] for p in doc["partitions"]} == {"FR"}
-    assert [p["object_id"] for p in doc["partitions"]] == [t.object_id for t in plan.tasks]
-    assert [p["values"] for p in doc["partitions"]] == jsonable(
-        [t.partition_values for t in plan.tasks]
-    )
+    assert {p["object_id"] for p in doc["partitions"]} == {t.object_id for t in plan.tasks}
+    assert [p["values"]["event_date_year"] for p in doc["partitions"]] == [2025, 2026]
     code, out, _ = run(capsys, "partitions", ns.uri, "--filter", sql)
     assert code == 0
-    assert out.splitlines()[-1] == "2 of 7 partitions planned for filter: country = 'FR'"
+    assert out.splitlines()[-1].startswith(
+        "2 of 7 partitions selected by filter: country = 'FR' (4 rows, "
+    )
     assert "country=US" not in out and out.count("country=FR") == 2
 
 
@@ -295,31 +343,55 @@ def test_scan_text_table(capsys, ns):
 
 
 # -- versions, options -------------------------------------------------------------------------
-def test_version_reads_older_manifest(capsys, built):
+@pytest.mark.parametrize("option", ["--as-of", "--version"])
+def test_as_of_reads_older_manifest(capsys, built, option):
     ns, first, second = built
     assert first < second
     old = PartitionedNamespace.open(ns.uri, version=first)
-    doc = run_json(capsys, "--version", str(first), "partitions", ns.uri)
+    doc = run_json(capsys, option, str(first), "partitions", ns.uri)
     assert doc["manifest_version"] == first
-    assert doc["partitions"] == jsonable(old.partitions())
+    assert sorted(p["object_id"] for p in doc["partitions"]) == sorted(
+        p["object_id"] for p in old.partitions()
+    )
     assert len(doc["partitions"]) == 6
-    rows = run_json(capsys, "scan", ns.uri, "--version", str(first))
+    rows = run_json(capsys, "scan", ns.uri, option, str(first))
     assert sorted(r["id"] for r in rows) == list(range(12))
-    code, out, _ = run(capsys, "info", ns.uri, "--version", str(first))
+    code, out, _ = run(capsys, "info", ns.uri, option, str(first))
     assert code == 0
     assert kv_lines(out)["manifest version"] == str(first)
     assert kv_lines(out)["partitions"] == "6"
 
 
+def test_as_of_in_help_and_version_alias_hidden(capsys):
+    for argv in (["--help"], ["scan", "--help"]):
+        code, out, _ = run(capsys, *argv)
+        assert code == 0
+        assert "--as-of N" in out
+        assert "--version" not in out
+    code, out, err = run(capsys, "compact", "x", "--as-of", "2")
+    assert code == 2 and "--as-of selects a manifest version to read" in err
+
+
+def test_program_version(capsys):
+    from dagster_lance_partitioned import __version__
+
+    for argv in (["-V"], ["version"]):
+        code, out, err = run(capsys, *argv)
+        assert (code, out, err) == (0, f"lance-partitioned {__version__}\n", "")
+    assert run_json(capsys, "version") == {"program": "lance-partitioned", "version": __version__}
+
+
 def test_global_options_before_and_after_the_command():
     args, opts = parse(
-        ["--storage-option", "a=1", "--version", "3", "scan", "u", "--storage-option", "b=x=y"]
+        ["--storage-option", "a=1", "--as-of", "3", "scan", "u", "--storage-option", "b=x=y"]
     )
     assert args.command == "scan" and args.uri == "u"
     assert opts.storage_options == {"a": "1", "b": "x=y"}
     assert opts.version == 3 and opts.json is False
-    _, opts = parse(["--version", "3", "info", "u", "--version", "5", "--json"])
+    _, opts = parse(["--as-of", "3", "info", "u", "--as-of", "5", "--json"])
     assert opts.version == 5 and opts.json is True
+    _, opts = parse(["--version", "3", "info", "u", "--version", "4"])
+    assert opts.version == 4
     _, opts = parse(["info", "u"])
     assert opts.storage_options is None and opts.version is None
 
@@ -551,7 +623,7 @@ def test_drop_partitions(capsys, tmp_path):
     ("argv", "message"),
     [
         (["drop-partitions", "x"], "required: --filter"),
-        (["compact", "x", "--version", "2"], "compact cannot use it"),
+        (["compact", "x", "--as-of", "2"], "compact cannot use it"),
         (["cleanup", "x", "--keep-versions", "0"], "expected an integer >= 1, got 0"),
         (["vacuum", "x", "--grace-hours", "-1"], "expected a number >= 0, got -1"),
         (["cleanup", "x", "--older-than-days", "soon"], "expected a number, got 'soon'"),
@@ -623,6 +695,299 @@ def test_help_exits_0(capsys):
     code, out, _ = run(capsys, "scan", "--help")
     assert code == 0
     assert "--limit N" in out and "--storage-option KEY=VALUE" in out
+
+
+# -- partition fields by name -----------------------------------------------------------------
+NY = "America/New_York"
+HOURLY = pa.timestamp("us", tz="UTC")
+WINDOW_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("time_hour", HOURLY),
+        pa.field("country", pa.utf8()),
+    ]
+)
+
+
+def utc(*args: int) -> dt.datetime:
+    return dt.datetime(*args, tzinfo=dt.UTC)
+
+
+def make_window_ns(root: Path) -> PartitionedNamespace:
+    """Daily windows in New York over a UTC timestamp, and 4 country buckets."""
+    ns = PartitionedNamespace.create(
+        root,
+        WINDOW_SCHEMA,
+        [
+            PartitionField.window("time_hour", TimeWindow("day", NY), HOURLY),
+            PartitionField.bucket("country", 4),
+        ],
+    )
+    times = [
+        utc(2013, 1, 2, 3),  # 2013-01-01 22:00 in New York
+        utc(2013, 1, 2, 5),  # 2013-01-02 00:00
+        utc(2013, 1, 2, 12),
+        utc(2013, 1, 3, 4, 59),  # 2013-01-02 23:59
+        utc(2013, 1, 3, 5),  # 2013-01-03 00:00
+        None,
+    ]
+    countries = ["US", "FR", "US", "DE", "US", "FR"]
+    ns.write(
+        pa.table(
+            {"id": list(range(len(times))), "time_hour": times, "country": countries},
+            schema=WINDOW_SCHEMA,
+        )
+    )
+    return ns
+
+
+@pytest.fixture(scope="module")
+def window_ns(tmp_path_factory: pytest.TempPathFactory) -> PartitionedNamespace:
+    return make_window_ns(tmp_path_factory.mktemp("cli_windows") / "ns")
+
+
+def test_windows_described(capsys, window_ns):
+    code, out, _ = run(capsys, "specs", window_ns.uri)
+    assert code == 0
+    rows = {line.split()[0]: line for line in out.splitlines()[3:]}
+    assert "window[day, America/New_York]" in rows["time_hour_day"]
+    assert "date_bin" not in out and "arrow_cast" not in out
+    assert "bucket[4]" in rows["country_bucket_4"]
+    code, out, _ = run(capsys, "info", window_ns.uri)
+    assert kv_lines(out)["current spec"] == (
+        "v1: time_hour_day=window[day, America/New_York](time_hour), "
+        "country_bucket_4=bucket[4](country)"
+    )
+    (spec,) = run_json(capsys, "specs", window_ns.uri)["specs"]
+    day, bucket = spec["fields"]
+    assert day["window"] == {
+        "unit": "day",
+        "timezone": NY,
+        "minute_offset": 0,
+        "hour_offset": 0,
+        "day_offset": 0,
+    }
+    assert day["description"] == "time_hour_day=window[day, America/New_York](time_hour)"
+    assert day["expression"] == window_ns.current_spec.fields[0].expression  # stored form kept
+    assert bucket["window"] is None
+
+
+def test_window_text_offsets_and_wall_clock():
+    from dagster_lance_partitioned.cli._fields import window_text
+
+    zoned, naive = pa.timestamp("us", tz="UTC"), pa.timestamp("us")
+    assert window_text(TimeWindow("hour", "Asia/Kolkata", 30), zoned) == (
+        "hour, Asia/Kolkata, starting at :30"
+    )
+    assert window_text(TimeWindow("week", NY, day_offset=1), zoned) == (
+        "week, America/New_York, starting Monday"
+    )
+    assert window_text(TimeWindow("month", "UTC", 0, 6, 15), zoned) == (
+        "month, UTC, starting day 15 06:00"
+    )
+    assert window_text(TimeWindow("day", NY), naive) == "day"  # wall-clock time: no zone
+    assert window_text(TimeWindow("week", NY), pa.date32()) == "week"
+
+
+def test_filter_by_window_field_name(capsys, window_ns):
+    sql = "time_hour_day = DATE '2013-01-02'"
+    rows = run_json(capsys, "scan", window_ns.uri, "--filter", sql)
+    assert sorted(r["id"] for r in rows) == [1, 2, 3]  # New York's 2 January, ends included
+    doc = run_json(capsys, "partitions", window_ns.uri, "--filter", sql)
+    assert doc["filter"] == sql and doc["total_partitions"] == 6
+    assert {p["values"]["time_hour_day"] for p in doc["partitions"]} == {"2013-01-02"}
+    assert sum(p["rows"] for p in doc["partitions"]) == 3
+    # the scan prunes: only the 2 January partitions are read
+    jan2 = [
+        p for p in window_ns.partitions() if p["values"]["time_hour_day"] == dt.date(2013, 1, 2)
+    ]
+    assert len(jan2) == len(doc["partitions"]) > 1
+    plan = run_json(capsys, "explain", window_ns.uri, "--filter", sql)
+    assert plan["kept_partitions"] == len(jan2)
+    assert plan["given_filter"] == sql
+    assert plan["partition_fields"] == {"time_hour_day": "window[day, America/New_York](time_hour)"}
+    code, out, _ = run(capsys, "explain", window_ns.uri, "--filter", sql)
+    assert code == 0
+    assert out.splitlines()[:2] == [
+        f"given filter: {sql}",
+        "  time_hour_day: partition field window[day, America/New_York](time_hour), "
+        "filtered on its source",
+    ]
+    assert f": {len(jan2)} of 6 partition tables" in out
+    # ranges, IN, NULL, mixed with columns, case-folded and quoted names
+    cases = {
+        "time_hour_day < DATE '2013-01-02'": [0],
+        "time_hour_day >= DATE '2013-01-03'": [4],
+        "time_hour_day <= DATE '2013-01-02' AND country = 'US'": [0, 2],
+        "time_hour_day IN (DATE '2013-01-01', DATE '2013-01-03') OR id = 2": [0, 2, 4],
+        "time_hour_day != DATE '2013-01-02'": [0, 4],
+        "time_hour_day IS NULL": [5],
+        "Time_Hour_Day = DATE '2013-01-03' OR `time_hour_day` = DATE '2013-01-01'": [0, 4],
+    }
+    for sql, want in cases.items():
+        rows = run_json(capsys, "scan", window_ns.uri, "--filter", sql)
+        assert sorted(r["id"] for r in rows) == want, sql
+
+
+def test_filter_by_bucket_field_name(capsys, window_ns):
+    ids_by_bucket: dict[int, list[int]] = {}
+    for p in window_ns.partitions():
+        table = lance.dataset(os.path.join(window_ns.uri, p["location"]), p["read_version"])
+        ids = ids_by_bucket.setdefault(p["values"]["country_bucket_4"], [])
+        ids += table.to_table(columns=["id"])["id"].to_pylist()
+    for bucket, ids in ids_by_bucket.items():
+        sql = f"country_bucket_4 = {bucket}"
+        parts = run_json(capsys, "partitions", window_ns.uri, "--filter", sql)["partitions"]
+        assert {p["values"]["country_bucket_4"] for p in parts} == {bucket}
+        assert sum(p["rows"] for p in parts) == len(ids)
+    # a filter cannot hash: reading rows by a bucket is refused, naming what to do instead
+    code, out, err = run(capsys, "scan", window_ns.uri, "--filter", "country_bucket_4 = 1")
+    assert_error(code, out, err, "partition field country_bucket_4", "filter on country instead")
+
+
+def test_filter_by_year_field_name(capsys, tmp_path):
+    ns, _, second = make_ns(tmp_path / "ns")
+    rows = run_json(capsys, "scan", ns.uri, "--filter", "event_date_year = 2024")
+    assert [r["id"] for r in rows] == [101]
+    doc = run_json(capsys, "explain", ns.uri, "--filter", "event_date_year >= 2026")
+    assert doc["kept_partitions"] == 3  # pruned on the year, not read in full
+    code, out, _ = run(capsys, "drop-partitions", ns.uri, "--filter", "event_date_year = 2026")
+    assert code == 0
+    assert out.startswith(f"dropped 3 partitions (3 rows) in manifest version {second + 1}")
+    left = PartitionedNamespace.open(ns.uri)
+    assert {p["values"]["event_date_year"] for p in left.partitions()} == {2024, 2025}
+
+
+def test_filter_errors_name_no_internal_table(capsys, window_ns):
+    code, out, err = run(capsys, "scan", window_ns.uri, "--filter", "time_hour_dya = 1")
+    assert_error(code, out, err, "time_hour_dya")
+    assert "__dlp_filter" not in err
+
+
+# -- history -----------------------------------------------------------------------------------
+def test_history_lists_versions_with_run_ids(capsys, tmp_path):
+    ns = PartitionedNamespace.create(tmp_path / "ns", SCHEMA, [PartitionField.identity("country")])
+    # what the Dagster IO manager records (core stores these as dlp.<key>)
+    props = {"source": "dagster-lance-partitioned/io-manager", "dagster.run_id": "abc"}
+    first = ns.write(sample_table(6), commit_properties=props).manifest_version
+    second = ns.write(
+        sample_table(2, countries=("US", "IT"), start=50), commit_properties={"dagster.run_id": "d"}
+    ).manifest_version
+    third = ns.drop_partitions("country = 'FR'").manifest_version
+    doc = run_json(capsys, "history", ns.uri)
+    versions = {v["version"]: v for v in doc["versions"]}
+    assert [v["version"] for v in doc["versions"]] == list(range(third, 0, -1))  # newest first
+    assert versions[first]["dagster_run_id"] == "abc"
+    assert versions[first]["operation"] == "write"
+    assert versions[first]["source"] == "dagster-lance-partitioned/io-manager"
+    assert sorted(c["values"]["country"] for c in versions[first]["changes"]) == ["DE", "FR", "US"]
+    assert {c["kind"] for c in versions[first]["changes"]} == {"added"}
+    assert versions[second]["dagster_run_id"] == "d"
+    assert sorted((c["values"]["country"], c["kind"]) for c in versions[second]["changes"]) == [
+        ("IT", "added"),
+        ("US", "updated"),
+    ]
+    assert versions[third]["operation"] == "drop_partitions"
+    assert versions[third]["dagster_run_id"] is None
+    assert versions[1]["operation"] == "create"
+    now = dt.datetime.now(dt.UTC)
+    assert all(
+        abs(now - dt.datetime.fromisoformat(v["time"])) < dt.timedelta(minutes=5)
+        for v in doc["versions"]
+    )
+    code, out, _ = run(capsys, "history", ns.uri)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "version",
+        "time",
+        "(UTC)",
+        "operation",
+        "partitions",
+        "dagster",
+        "run",
+        "id",
+    ]
+    table = {line.split()[0]: line.split() for line in lines[2:-1]}
+    assert table[str(first)][3:] == ["write", "+3", "abc"]
+    assert table[str(second)][3:] == ["write", "+1", "~1", "d"]
+    assert table[str(third)][3:] == ["drop_partitions", "-1", "-"]
+    assert lines[-1] == f"{third} manifest versions of {ns.uri}"
+    # --as-of stops at that version, --limit keeps the newest
+    doc = run_json(capsys, "history", ns.uri, "--as-of", str(second), "--limit", "2")
+    assert [v["version"] for v in doc["versions"]] == [second, first]
+
+
+def test_history_after_cleanup(capsys, tmp_path):
+    ns, _, second = make_ns(tmp_path / "ns")
+    ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+    doc = run_json(capsys, "history", ns.uri)
+    (only,) = doc["versions"]
+    assert only["version"] == second and only["operation"] == "write"
+    assert only["changes"] is None  # what it changed is gone with the previous version
+    _, out, _ = run(capsys, "history", ns.uri)
+    assert out.splitlines()[2].split()[3:] == ["write", "?", "-"]
+
+
+# -- ls ----------------------------------------------------------------------------------------
+def test_ls_finds_nested_namespaces(capsys, tmp_path):
+    root = tmp_path / "warehouse"
+    make_ns(root / "analytics" / "daily" / "events")  # <root>/<asset key path>
+    make_window_ns(root / "raw")
+    lance.write_dataset(sample_table(), str(root / "plain_table"))  # a Lance table: not listed
+    lance.write_dataset(  # a __manifest without a partition spec: not listed
+        pa.table({"object_id": ["x"]}), str(root / "other" / "__manifest")
+    )
+    doc = run_json(capsys, "ls", str(root))
+    assert doc["root"] == str(root)
+    found = {n["path"]: n for n in doc["namespaces"]}
+    assert list(found) == ["analytics/daily/events", "raw"]
+    events = found["analytics/daily/events"]
+    assert events["uri"] == str(root / "analytics" / "daily" / "events")
+    assert events["partitions"] == 7 and events["manifest_version"] == 4
+    assert events["fields"] == ["country=identity(country)", "event_date_year=year(event_date)"]
+    assert found["raw"]["fields"][0] == "time_hour_day=window[day, America/New_York](time_hour)"
+    code, out, _ = run(capsys, "ls", str(root))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[2].split()[:3] == ["analytics/daily/events", "4", "7"]
+    assert lines[-1] == f"2 partitioned namespaces under {root}"
+    shallow = run_json(capsys, "ls", str(root), "--max-depth", "2")
+    assert [n["path"] for n in shallow["namespaces"]] == ["raw"]
+    # a namespace root itself is listed as '.'
+    assert [n["path"] for n in run_json(capsys, "ls", str(root / "raw"))["namespaces"]] == ["."]
+    code, out, err = run(capsys, "ls", str(tmp_path / "absent"))
+    assert_error(code, out, err, "no such directory")
+
+
+# -- errors never show Rust source locations ---------------------------------------------------
+def test_errors_never_show_rust_source_paths(capsys, tmp_path):
+    root = tmp_path / "hive"
+    table = root / "k=a" / "t.lance"
+    lance.write_dataset(pa.table({"id": [1]}), str(table))
+    for version in (table / "_versions").iterdir():
+        version.write_bytes(b"xx")  # Lance's error names its own source file
+    code, out, err = run(capsys, "import-hive", str(root))
+    assert_error(code, out, err, "k=a/t.lance", "not a readable Lance table")
+    assert ".rs:" not in err
+
+    ns, _, _ = make_ns(tmp_path / "ns")
+    broken = ns.partitions()[0]
+    for version in (Path(ns.uri) / broken["location"] / "_versions").iterdir():
+        version.write_bytes(b"xx")
+    for argv in (
+        ["scan", ns.uri],
+        ["compact", ns.uri],
+        ["drop-partitions", ns.uri, "--filter", "id >= 0"],
+    ):
+        code, out, err = run(capsys, *argv)
+        assert code == 1 and err.startswith("lance-partitioned: error: ")
+        assert ".rs:" not in err, argv
+    code, out, _ = run(capsys, "check", ns.uri, "--max-width", "0")
+    assert code == 1 and broken["object_id"] in out
+    assert ".rs:" not in out
+    code, out, _ = run(capsys, "check", ns.uri, "--json")
+    assert ".rs:" not in out and json.loads(out)["read_versions"]
 
 
 # -- the installed entry points ----------------------------------------------------------------

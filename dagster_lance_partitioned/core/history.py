@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import NotAPartitionedNamespaceError
 from .manifest import ManifestStore
 from .namespace import PartitionedNamespace
 
@@ -43,7 +44,19 @@ class Commit:
         return (self.properties or {}).get("source")
 
 
-def _tables(ns: PartitionedNamespace) -> dict[str, dict[str, Any]]:
+def _tables(
+    uri: str | os.PathLike[str], storage_options: dict[str, str] | None, version: int
+) -> dict[str, dict[str, Any]]:
+    """The partition tables registered at ``version`` (none before the namespace was created,
+    nor at its first version, which ``create`` commits before the spec)."""
+    if version < 1:
+        return {}
+    try:
+        ns = PartitionedNamespace.open(uri, storage_options, version)
+    except NotAPartitionedNamespaceError:
+        if version == 1:
+            return {}
+        raise
     return {p["object_id"]: p for p in ns.partitions()}
 
 
@@ -53,14 +66,15 @@ def commits(
     until: int | None = None,
     storage_options: dict[str, str] | None = None,
 ) -> Iterator[Commit]:
-    """The commits after manifest version ``since`` up to ``until`` (default: the latest),
-    oldest first. Metadata-only commits (a new spec version, schema evolution) have no changes."""
+    """The commits after manifest version ``since`` (0: from the first) up to ``until``
+    (default: the latest), oldest first. Metadata-only commits (a new spec version, schema
+    evolution) have no changes."""
     latest = PartitionedNamespace.open(uri, storage_options)
     until = latest.version if until is None else until
     store = ManifestStore(latest.uri, storage_options)
-    before = _tables(PartitionedNamespace.open(uri, storage_options, since))
+    before = _tables(uri, storage_options, since)
     for version in range(since + 1, until + 1):
-        after = _tables(PartitionedNamespace.open(uri, storage_options, version))
+        after = _tables(uri, storage_options, version)
         changes = [
             TableChange(
                 oid,

@@ -1,0 +1,599 @@
+"""Read-only subcommands: ``info``, ``specs``, ``partitions``, ``explain``, ``scan``,
+``history`` and ``ls``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from ..core import history, storage
+from ..core.errors import (
+    NotAPartitionedNamespaceError,
+    PartitionedNamespaceError,
+    is_storage_failure,
+)
+from ..core.health import parallel_map
+from ..core.manifest import WRITER_FLAG_KEY, ManifestStore
+from ..core.namespace import PartitionedNamespace
+from ..core.planning import ScanTask
+from ..core.scan import open_table
+from ._args import AddCommand, CliError, Options, column_list, non_negative_int, open_ns
+from ._fields import field_summary, resolve_filter, source_labels, spec_doc, transform_text
+from ._output import Text, error_text, is_numeric, plural, size_text, to_json_value, write_json
+
+DEFAULT_HISTORY = 20
+DEFAULT_LS_DEPTH = 6
+
+
+def register(add: AddCommand) -> None:
+    """Add the read-only subcommands."""
+    add("info", _cmd_info, True, "summary: root, manifest version, current spec, counts")
+    add("specs", _cmd_specs, True, "every partition spec version with its fields")
+    p = add(
+        "partitions",
+        _cmd_partitions,
+        True,
+        "registered partition tables with their rows and size, sorted by partition values",
+    )
+    p.add_argument("--filter", metavar="SQL", help="only the partitions holding matching rows")
+    p.add_argument(
+        "--no-stats",
+        action="store_true",
+        help="do not open the partition tables to count rows and bytes",
+    )
+    p = add("explain", _cmd_explain, True, "how a filter prunes partitions, per spec version")
+    p.add_argument("--filter", metavar="SQL", required=True, help="DataFusion SQL predicate")
+    p = add("scan", _cmd_scan, True, "read rows")
+    p.add_argument("--filter", metavar="SQL", help="DataFusion SQL predicate")
+    p.add_argument(
+        "--columns",
+        metavar="A,B",
+        type=column_list,
+        action="extend",
+        help="columns to read, comma-separated (repeatable; default: all)",
+    )
+    p.add_argument(
+        "--limit", metavar="N", type=non_negative_int, help="stop after N rows (default: all)"
+    )
+    p = add(
+        "history",
+        _cmd_history,
+        True,
+        "manifest versions, newest first: time, operation, partitions touched, Dagster run id",
+    )
+    p.add_argument(
+        "--limit",
+        metavar="N",
+        type=non_negative_int,
+        default=DEFAULT_HISTORY,
+        help=f"the N newest versions (0: all; default {DEFAULT_HISTORY})",
+    )
+    p = add(
+        "ls",
+        _cmd_ls,
+        False,
+        "the partitioned namespaces under a root (e.g. a Dagster IO manager's base path)",
+        uri="ROOT",
+    )
+    p.add_argument(
+        "--max-depth",
+        metavar="N",
+        type=non_negative_int,
+        default=DEFAULT_LS_DEPTH,
+        help=f"look N directory levels below ROOT (default {DEFAULT_LS_DEPTH})",
+    )
+
+
+# -- info / specs -----------------------------------------------------------------------------
+def info_doc(ns: PartitionedNamespace) -> dict[str, Any]:
+    """The ``info`` document of a namespace."""
+    schema = ns.schema_with_ids
+    spec = ns.current_spec
+    return {
+        "uri": ns.uri,
+        "manifest_version": ns.version,
+        "current_spec": spec_doc(spec, schema, current=True),
+        "spec_versions": len(ns.specs),
+        "partitions": len(ns.partitions()),
+        "columns": len(schema),
+        "schema": [
+            {
+                "name": f.name,
+                "type": str(f.type),
+                "nullable": f.nullable,
+                "field_id": int(f.metadata[b"lance:field_id"])
+                if f.metadata and b"lance:field_id" in f.metadata
+                else None,
+            }
+            for f in schema
+        ],
+        "writer_feature_flags": ns.metadata.get(WRITER_FLAG_KEY),
+    }
+
+
+def write_info(ns: PartitionedNamespace, opts: Options, out: TextIO) -> None:
+    """Write the ``info`` summary of ``ns``."""
+    if opts.json:
+        write_json(out, info_doc(ns))
+        return
+    text = Text(out, opts.max_width)
+    schema = ns.schema_with_ids
+    spec = ns.current_spec
+    fields = ", ".join(field_summary(f, schema) for f in spec.fields)
+    flag = ns.metadata.get(WRITER_FLAG_KEY)
+    text.pairs(
+        [
+            ("root", ns.uri),
+            ("manifest version", str(ns.version)),
+            ("current spec", f"v{spec.spec_id}{' (draft shape)' if spec.draft else ''}: {fields}"),
+            ("spec versions", str(len(ns.specs))),
+            ("partitions", str(len(ns.partitions()))),
+            ("columns", text.cut(f"{len(schema)} ({', '.join(schema.names)})")),
+            ("writer flag", flag if flag is not None else "(not set)"),
+        ]
+    )
+
+
+def _cmd_info(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
+    """``info URI``."""
+    write_info(open_ns(args, opts), opts, out)
+
+
+def _cmd_specs(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
+    """``specs URI``."""
+    ns = open_ns(args, opts)
+    schema = ns.schema_with_ids
+    current = ns.current_spec.spec_id
+    if opts.json:
+        write_json(
+            out,
+            {
+                "uri": ns.uri,
+                "manifest_version": ns.version,
+                "current_spec": current,
+                "specs": [spec_doc(s, schema, s.spec_id == current) for s in ns.specs],
+            },
+        )
+        return
+    text = Text(out, opts.max_width)
+    for i, spec in enumerate(ns.specs):
+        if i:
+            out.write("\n")
+        flags = (("current", spec.spec_id == current), ("draft shape", spec.draft))
+        notes = [n for n, on in flags if on]
+        out.write(f"spec v{spec.spec_id}" + (f" ({', '.join(notes)})" if notes else "") + "\n")
+        text.table(
+            ["field_id", "sources", "transform", "result_type", "manifest column"],
+            [
+                [
+                    text.cut(f.field_id),
+                    text.cut(", ".join(source_labels(f, schema))),
+                    text.cut(transform_text(f, schema)),
+                    text.cut(str(f.result_type)),
+                    text.cut(f.column),
+                ]
+                for f in spec.fields
+            ],
+        )
+
+
+# -- partitions -------------------------------------------------------------------------------
+def _table_stats(task: ScanTask, storage_options: dict[str, str] | None) -> tuple[int, int]:
+    """Rows and data-file bytes of a partition table at its pinned version."""
+    ds = open_table(task, storage_options)
+    rows = ds.count_rows()
+    size, unknown = 0, []
+    for fragment in ds.get_fragments():
+        for data_file in fragment.metadata.files:
+            if data_file.file_size_bytes is not None:
+                size += data_file.file_size_bytes
+            elif getattr(data_file, "base_id", None) is None:
+                unknown.append(data_file.path)
+    if unknown:  # older files do not record their size: ask the store
+        fs, path = storage.filesystem(task.uri, storage_options)
+        infos = fs.get_file_info([f"{path}/data/{name}" for name in unknown])
+        size += sum(i.size or 0 for i in infos)
+    return rows, size
+
+
+def _stats_or_none(
+    task: ScanTask, storage_options: dict[str, str] | None
+) -> tuple[int | None, int | None]:
+    """``_table_stats``, or (None, None) for a table that cannot be read (``check`` says why)."""
+    try:
+        return _table_stats(task, storage_options)
+    except PartitionedNamespaceError:
+        return None, None
+    except Exception as e:
+        if is_storage_failure(e):
+            return None, None
+        raise
+
+
+def _values_key(values: dict[str, Any]) -> list[tuple[str, bool, Any]]:
+    """Sort key of partition values: field by field, NULL last."""
+    return [(k, v is None, 0 if v is None else v) for k, v in values.items()]
+
+
+def _sorted_partitions(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    try:
+        return sorted(parts, key=lambda p: (_values_key(p["values"]), p["object_id"]))
+    except TypeError:  # values of one field that do not compare: sort them as text
+        return sorted(parts, key=lambda p: (json.dumps(to_json_value(p["values"])), p["object_id"]))
+
+
+def _cmd_partitions(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
+    """``partitions URI [--filter SQL] [--no-stats]``."""
+    ns = open_ns(args, opts)
+    flt = resolve_filter(ns, args.filter)
+    plan = ns.plan_scan(flt.sql)
+    tasks = [t for t in plan.tasks if flt.keeps(t.partition_values)]
+    stats: list[tuple[int | None, int | None]] = (
+        [(None, None)] * len(tasks)
+        if args.no_stats
+        else parallel_map(lambda t: _stats_or_none(t, opts.storage_options), tasks)
+    )
+    parts = _sorted_partitions(
+        [
+            {
+                "object_id": t.object_id,
+                "location": t.location,
+                "spec_id": t.spec_id,
+                "values": t.partition_values,
+                "rows": rows,
+                "bytes": size,
+                "read_version": t.read_version,
+                "read_branch": t.read_branch,
+                "read_tag": t.read_tag,
+            }
+            for t, (rows, size) in zip(tasks, stats, strict=True)
+        ]
+    )
+    total = plan.total_partitions
+    if opts.json:
+        write_json(
+            out,
+            {
+                "uri": ns.uri,
+                "manifest_version": ns.version,
+                "filter": flt.given,
+                "total_partitions": total,
+                "partitions": parts,
+            },
+        )
+        return
+    text = Text(out, opts.max_width)
+    headers = ["values"] + ([] if args.no_stats else ["rows", "size"])
+    headers += ["spec", "read_version", "object_id", "location"]
+    extra = [k for k in ("read_branch", "read_tag") if any(p[k] is not None for p in parts)]
+    rows = [
+        [text.values(p["values"])]
+        + (
+            []
+            if args.no_stats
+            else [
+                "?" if p["rows"] is None else str(p["rows"]),
+                "?" if p["bytes"] is None else size_text(p["bytes"]),
+            ]
+        )
+        + [f"v{p['spec_id']}", text.cell(p["read_version"])]
+        + [text.cell(p["object_id"]), text.cell(p["location"])]
+        + [text.cell(p[k]) for k in extra]
+        for p in parts
+    ]
+    numbers = [1, 2, 4] if not args.no_stats else [2]
+    text.table(headers + extra, rows, right=numbers)
+    counted = _plural_partitions(len(parts), total, flt.given, text)
+    if not args.no_stats:
+        unreadable = sum(1 for p in parts if p["rows"] is None)
+        counted += (
+            f" ({plural(sum(p['rows'] or 0 for p in parts), 'row')}, "
+            f"{size_text(sum(p['bytes'] or 0 for p in parts))}"
+            + (f"; {unreadable} unreadable, see `check`" if unreadable else "")
+            + ")"
+        )
+    out.write(counted + "\n")
+
+
+def _plural_partitions(n: int, total: int, given: str | None, text: Text) -> str:
+    if given is None:
+        return plural(n, "partition")
+    return f"{n} of {plural(total, 'partition')} selected by filter: {text.cut(given)}"
+
+
+# -- explain / scan ---------------------------------------------------------------------------
+def _cmd_explain(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
+    """``explain URI --filter SQL``."""
+    ns = open_ns(args, opts)
+    flt = resolve_filter(ns, args.filter)
+    result = ns.explain(flt.row_filter())
+    if opts.json:
+        doc = result.to_dict()
+        if flt.fields:
+            doc["given_filter"] = flt.given
+            doc["partition_fields"] = dict(flt.fields)
+        write_json(out, doc)
+        return
+    if flt.fields:
+        out.write(f"given filter: {flt.given}\n")
+        for fid, description in flt.fields:
+            out.write(f"  {fid}: partition field {description}, filtered on its source\n")
+    out.write(str(result).rstrip("\n") + "\n")
+
+
+def _iter_rows(reader: pa.RecordBatchReader, limit: int | None) -> Iterable[dict[str, Any]]:
+    """Rows of ``reader`` as dicts, stopping after ``limit`` rows without reading further."""
+    left = limit
+    if left is not None and left <= 0:
+        return
+    for batch in reader:
+        if left is not None:
+            if batch.num_rows > left:
+                batch = batch.slice(0, left)
+            left -= batch.num_rows
+        yield from batch.to_pylist()
+        if left is not None and left <= 0:
+            return
+
+
+def _cmd_scan(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
+    """``scan URI [--filter SQL] [--columns A,B] [--limit N]``."""
+    ns = open_ns(args, opts)
+    limit = args.limit
+    reader = ns.scan(filter=resolve_filter(ns, args.filter).row_filter(), columns=args.columns)
+    try:
+        rows = _iter_rows(reader, limit)
+        if opts.json:
+            n = 0
+            for row in rows:
+                out.write("[\n  " if n == 0 else ",\n  ")
+                out.write(json.dumps(to_json_value(row), ensure_ascii=False, allow_nan=False))
+                n += 1
+            out.write("[]\n" if n == 0 else "\n]\n")
+            return
+        text = Text(out, opts.max_width)
+        schema = reader.schema
+        cells = [[text.cell(row[name]) for name in schema.names] for row in rows]
+        right = [i for i, f in enumerate(schema) if is_numeric(f.type)]
+        text.table(schema.names, cells, right=right)
+        reached = limit is not None and len(cells) == limit
+        out.write(plural(len(cells), "row") + (" (limit reached)" if reached else "") + "\n")
+    finally:
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()
+
+
+# -- history ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Version:
+    """One manifest version as ``history`` shows it."""
+
+    version: int
+    time: dt.datetime | None  # UTC
+    operation: str | None
+    properties: dict[str, str] | None
+    changes: tuple[history.TableChange, ...] | None  # None: unknown (the previous is gone)
+
+    def doc(self) -> dict[str, Any]:
+        props = self.properties or {}
+        return {
+            "version": self.version,
+            "time": self.time,
+            "operation": self.operation,
+            "source": props.get("source"),
+            "dagster_run_id": props.get("dagster.run_id"),
+            "dagster_asset_key": props.get("dagster.asset_key"),
+            "partitions_touched": None if self.changes is None else len(self.changes),
+            "changes": None
+            if self.changes is None
+            else [
+                {
+                    "object_id": c.object_id,
+                    "spec_id": c.spec_id,
+                    "values": c.values,
+                    "kind": c.kind,
+                    "read_version": c.read_version,
+                    "previous_read_version": c.previous_read_version,
+                }
+                for c in self.changes
+            ],
+            "properties": self.properties,
+        }
+
+
+_LANCE_OPERATIONS = {"UpdateConfig": "update metadata"}
+
+
+def _operation(store: ManifestStore, version: int, props: dict[str, str] | None) -> str | None:
+    """The operation this package recorded, else the Lance operation of the commit."""
+    if props and props.get("operation"):
+        return props["operation"]
+    try:
+        tx = store.dataset(version).read_transaction(version)
+    except (OSError, ValueError, PartitionedNamespaceError):
+        return None
+    if tx is None:
+        return None
+    name = type(tx.operation).__name__
+    return _LANCE_OPERATIONS.get(name, f"lance {name}")
+
+
+def _versions(ns: PartitionedNamespace, opts: Options, limit: int) -> list[_Version]:
+    """The newest ``limit`` manifest versions up to the namespace's, newest first."""
+    store = ManifestStore(ns.uri, opts.storage_options)
+    times = {
+        int(v["version"]): v["timestamp"] for v in store.dataset(ns.version).versions()
+    }  # naive local time (Lance's conversion)
+    present = sorted(v for v in times if v <= ns.version)
+    wanted = present[-limit:] if limit else present
+    if not wanted:
+        return []
+    first, since = wanted[0], wanted[0] - 1
+    out: list[_Version] = []
+
+    def add(version: int, props: dict[str, str] | None, changes: Any) -> None:
+        stamp = times.get(version)
+        out.append(
+            _Version(
+                version,
+                stamp.astimezone(dt.UTC) if stamp is not None else None,
+                _operation(store, version, props),
+                props,
+                changes,
+            )
+        )
+
+    if since >= 1 and since not in times:  # removed by cleanup: what `first` changed is unknown
+        add(first, store.commit_properties(first), None)
+        since = first
+    for commit in history.commits(ns.uri, since, ns.version, opts.storage_options):
+        add(commit.version, commit.properties, commit.changes)
+    return out[::-1]
+
+
+def _touched(changes: tuple[history.TableChange, ...] | None) -> str:
+    """``+2 ~1 -1`` (added, updated, removed partitions), ``none`` or ``?``."""
+    if changes is None:
+        return "?"
+    counts = [sum(1 for c in changes if c.kind == k) for k in ("added", "updated", "removed")]
+    shown = [f"{sign}{n}" for sign, n in zip("+~-", counts, strict=True) if n]
+    return " ".join(shown) or "none"
+
+
+def _cmd_history(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
+    """``history URI [--limit N]``."""
+    ns = open_ns(args, opts)
+    versions = _versions(ns, opts, args.limit)
+    if opts.json:
+        write_json(
+            out,
+            {
+                "uri": ns.uri,
+                "manifest_version": ns.version,
+                "versions": [v.doc() for v in versions],
+            },
+        )
+        return
+    text = Text(out, opts.max_width)
+    text.table(
+        ["version", "time (UTC)", "operation", "partitions", "dagster run id"],
+        [
+            [
+                str(v.version),
+                v.time.strftime("%Y-%m-%d %H:%M:%S") if v.time else "?",
+                text.cut(v.operation or "?"),
+                _touched(v.changes),
+                text.cut((v.properties or {}).get("dagster.run_id") or "-"),
+            ]
+            for v in versions
+        ],
+        right=[0],
+    )
+    out.write(f"{plural(len(versions), 'manifest version')} of {ns.uri}\n")
+
+
+# -- ls ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Found:
+    path: str  # relative to the root ('.' for the root itself)
+    uri: str
+    ns: PartitionedNamespace | None
+    error: str | None
+
+
+def _children(fs: pafs.FileSystem, path: str) -> list[pafs.FileInfo]:
+    return fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=False))
+
+
+def _find_namespaces(
+    root: str, storage_options: dict[str, str] | None, max_depth: int
+) -> Iterator[_Found]:
+    """The directories under ``root`` holding a partitioned namespace's ``__manifest``,
+    breadth first; namespaces and Lance tables are not looked into."""
+    fs, base = storage.filesystem(root, storage_options)
+    info = fs.get_file_info(base)
+    if info.type != pafs.FileType.Directory:
+        raise CliError(f"{root}: no such directory")
+    pending = [("", 0)]
+    while pending:
+        rel, depth = pending.pop(0)
+        here = f"{base.rstrip('/')}/{rel}" if rel else base
+        dirs = sorted(i.base_name for i in _children(fs, here) if i.type == pafs.FileType.Directory)
+        if "_versions" in dirs:
+            continue  # a Lance table
+        if "__manifest" in dirs:
+            uri = storage.join(root, rel) if rel else root
+            try:
+                yield _Found(rel or ".", uri, _open_quietly(uri, storage_options), None)
+                continue
+            except NotAPartitionedNamespaceError:
+                pass  # another kind of Lance namespace: look below it
+            except PartitionedNamespaceError as e:
+                yield _Found(rel or ".", uri, None, error_text(e))
+                continue
+        if depth < max_depth:
+            pending += [
+                (f"{rel}/{d}" if rel else d, depth + 1)
+                for d in dirs
+                if d != "__manifest" and not d.startswith(".")
+            ]
+
+
+def _open_quietly(uri: str, storage_options: dict[str, str] | None) -> PartitionedNamespace:
+    try:
+        return PartitionedNamespace.open(uri, storage_options=storage_options)
+    except PartitionedNamespaceError:
+        raise
+    except Exception as e:
+        if is_storage_failure(e):
+            raise PartitionedNamespaceError(error_text(e)) from None
+        raise
+
+
+def _cmd_ls(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
+    """``ls ROOT [--max-depth N]``."""
+    found = sorted(
+        _find_namespaces(args.uri, opts.storage_options, args.max_depth), key=lambda f: f.path
+    )
+    docs = []
+    for f in found:
+        doc: dict[str, Any] = {"path": f.path, "uri": f.uri, "error": f.error}
+        if f.ns is not None:
+            schema = f.ns.schema_with_ids
+            doc |= {
+                "manifest_version": f.ns.version,
+                "partitions": len(f.ns.partitions()),
+                "spec_id": f.ns.current_spec.spec_id,
+                "fields": [field_summary(x, schema) for x in f.ns.current_spec.fields],
+            }
+        docs.append(doc)
+    if opts.json:
+        write_json(out, {"root": args.uri, "namespaces": docs})
+        return
+    text = Text(out, opts.max_width)
+    text.table(
+        ["namespace", "version", "partitions", "current spec"],
+        [
+            [text.cut(d["path"])]
+            + (
+                ["?", "?", text.cut(f"unreadable: {d['error']}")]
+                if d["error"]
+                else [
+                    str(d["manifest_version"]),
+                    str(d["partitions"]),
+                    text.cut(f"v{d['spec_id']}: " + ", ".join(d["fields"])),
+                ]
+            )
+            for d in docs
+        ],
+        right=[1, 2],
+    )
+    out.write(f"{plural(len(docs), 'partitioned namespace')} under {args.uri}\n")
