@@ -492,3 +492,30 @@ def test_field_ids_reuse_identical_definitions_and_never_clash():
         "partition_field_k": [(1, "k"), (2, "a_again")],
         "partition_field_k_2": [(2, "k")],
     }
+
+
+def test_a_write_merged_with_a_concurrent_upgrade_switch_is_repaired(draft_root, monkeypatch):
+    """A write planned under the draft specs whose manifest commit lands just after an upgrade
+    switched them (Lance merges the two commits) still gets its current-shape columns."""
+    from dagster_lance_partitioned.core import manifest as manifest_mod
+
+    ns = PartitionedNamespace.open(draft_root)
+    compat.migrate_rows(ns)  # step 1 done: the upgrade below is only the spec switch
+    upgrader = PartitionedNamespace.open(draft_root)
+    real = manifest_mod.build_transaction
+    ran = []
+
+    def upgrade_first(*args, **kwargs):
+        if not ran:
+            ran.append("upgrading")
+            upgrader.upgrade()  # lands between the write's plan and its commit
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(manifest_mod, "build_transaction", upgrade_first)
+    row = {"id": 99, "event_date": dt.date(2026, 3, 1), "country": "NL"}
+    ns.write(pa.Table.from_pylist([row], schema=ns.schema))
+    assert ran
+    fresh = PartitionedNamespace.open(draft_root)
+    assert not any(s.draft for s in fresh.specs)
+    assert fresh.to_table("country = 'NL'").column("id").to_pylist() == [99]
+    assert 99 in fresh.to_table("event_date >= DATE '2026-01-01'").column("id").to_pylist()

@@ -252,6 +252,16 @@ def _fill_commit(
     return snap, used[0]
 
 
+def refill_after_switch(
+    store: ManifestStore, draft_specs: dict[int, PartitionSpec], schema: pa.Schema
+) -> int:
+    """Fill the current-shape columns of rows that a commit planned under ``draft_specs`` made
+    after an upgrade switched the specs (Lance merges such a commit with the switch); returns
+    the manifest version."""
+    snap, _ = _fill_commit(store, fixed=plan_conversion(draft_specs, schema))
+    return snap.version
+
+
 def migrate_rows(ns: PartitionedNamespace) -> int:
     """Step 1 of :func:`upgrade` alone: add and fill the current-shape manifest columns (the
     draft specs stay in force); returns the manifest version."""

@@ -625,6 +625,14 @@ class PartitionWriter:
             return ManifestSnapshot(ds, list(self.base.specs.values()))
 
         snap = self.store.commit(load, plan)
+        if self.spec.draft and snap.metadata.get(self.spec.key) != self.base.metadata.get(
+            self.spec.key
+        ):
+            # an upgrade switched the draft specs while this commit was in flight, and Lance
+            # merged the two: give this write's rows their current-shape columns too
+            from .compat import refill_after_switch
+
+            refill_after_switch(self.store, self.base.specs, self.schema)
         return WriteResult(
             manifest_version=snap.version,
             spec_id=self.spec.spec_id,
