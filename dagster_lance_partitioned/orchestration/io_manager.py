@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -14,17 +16,22 @@ import pyarrow as pa
 from pydantic import Field
 
 from ..core.errors import (
+    CommitConflictError,
     NamespaceNotFoundError,
     PartitionedNamespaceError,
     SchemaError,
+    SpecError,
+    StorageError,
     UnnamedPartitionError,
     WriteError,
+    clean_message,
 )
 from ..core.evolution import is_widening
 from ..core.namespace import PartitionedNamespace
 from ..core.partition_by import parse_partition_by
 from ..core.spec import PartitionField, resolve_fields
 from ..core.writer import WRITE_MODES, WriteResult
+from .errors import InvalidAssetKeyError
 from .handlers import ReadRequest, TypeHandler, handler_for_object, handler_for_type
 from .layout import Layout, PartitionLayoutError
 
@@ -36,6 +43,14 @@ VERSION = "lance/version"
 MANIFEST_VERSION = "lance/manifest_version"
 COMMIT_SOURCE = "dagster-lance-partitioned/io-manager"  # commit property dlp.source
 UPDATE_MODES = ("update", "error")
+OPEN_ATTEMPTS = 5  # opens of a namespace that another run is creating at that instant
+EVOLVE_ATTEMPTS = 10  # re-evaluations of a schema / spec change racing other runs' changes
+
+# an asset key part usable as one directory name: letters, digits, '_' and '-', with '.' only
+# between them (so never '.', '..', a hidden name or a trailing dot)
+_SAFE_KEY_PART = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*")
+# exceptions of Lance and Arrow (and the OS under them) that handle_output reports as StorageError
+_RAW_ERRORS = (OSError, RuntimeError, ValueError, pa.ArrowException)
 
 
 class PartitionKeyMismatchError(WriteError):
@@ -81,7 +96,14 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
 
     # -- locations ----------------------------------------------------------------------------
     def uri_for(self, asset_key: dg.AssetKey) -> str:
-        """The namespace URI of ``asset_key``."""
+        """The namespace URI of ``asset_key``: ``<root>/<part 1>/.../<part n>``, each key part
+        one directory, unchanged.
+
+        A part must be non-empty and made of ASCII letters, digits, ``_`` and ``-``, with ``.``
+        allowed only between them (``v1.2`` yes; ``.``, ``..``, ``.hidden``, ``a.`` no); any
+        other part (``/``, ``\\``, ``:``, ``%``, whitespace, control characters, non-ASCII, ...)
+        raises :class:`InvalidAssetKeyError`, so every namespace stays inside ``root``."""
+        _check_asset_key(asset_key)
         root = self.root.rstrip("/")
         if "://" not in root:
             root = os.path.abspath(root)
@@ -89,14 +111,33 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
 
     # -- output -------------------------------------------------------------------------------
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        """Write ``obj`` into the asset's namespace (created, or evolved, first when needed):
+        exactly the run's partitions, in one manifest commit.
+
+        Concurrent runs may create or evolve the namespace at the same time: one creates it,
+        the others write into it; identical schema / spec changes are made once. A Lance or
+        Arrow failure is raised as :class:`StorageError` naming the asset and its URI."""
         if obj is None:
             return
+        uri = self.uri_for(context.asset_key)  # refuses unsafe keys before anything else
+        try:
+            self._handle_output(context, obj, uri)
+        except PartitionedNamespaceError:
+            raise
+        except _RAW_ERRORS as e:
+            raise StorageError(
+                f"asset {context.asset_key.to_user_string()}: writing to {uri} failed: "
+                f"{type(e).__name__}: {clean_message(e)}",
+                namespace=uri,
+                path=uri,
+            ) from e
+
+    def _handle_output(self, context: dg.OutputContext, obj: Any, uri: str) -> None:
         asset_key = context.asset_key
         asset = asset_key.to_user_string()
         meta = dict(context.definition_metadata or {})
         handler = handler_for_object(obj, asset)
         schema = handler.schema(obj)
-        uri = self.uri_for(asset_key)
 
         layout: Layout | None = None
         keys: list[str] | None = None
@@ -127,20 +168,17 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
                 raise self._stray_row(layout, keys, schema, None, sample)
             checked = True
 
-        ns = self._open(uri)
-        spec_changed = False
-        if ns is None:
+        def create() -> PartitionedNamespace:
             fields = self._fields(asset, schema, layout, meta)
             check_rows()
-            try:
-                ns = PartitionedNamespace.create(uri, schema, fields, self.storage_options)
-            except PartitionedNamespaceError:
-                ns = self._open(uri)  # a concurrent run created it first: evolve that one
-                if ns is None:
-                    raise
-                spec_changed = self._evolve(ns, asset, schema, layout, meta, check_rows)
-        else:
-            spec_changed = self._evolve(ns, asset, schema, layout, meta, check_rows)
+            # of runs creating it at once one wins; the others get the winner's namespace,
+            # whose schema may lack some of this output's columns: evolve it like any other
+            return PartitionedNamespace.create(
+                uri, schema, fields, self.storage_options, exist_ok=True
+            )
+
+        ns = self._open_or_create(uri, create)
+        spec_changed = self._evolve(ns, asset, schema, layout, meta, check_rows)
         partitions = None
         if layout is not None and keys is not None:
             field_ids = [f.field_id for f in ns.current_spec.fields]
@@ -176,6 +214,21 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
                 )
         context.add_output_metadata(shared)
 
+    def _open_or_create(
+        self, uri: str, create: Callable[[], PartitionedNamespace]
+    ) -> PartitionedNamespace:
+        """The namespace at ``uri``, made by ``create`` (atomic, opening a concurrent winner's)
+        when there is none. A storage failure while another run is creating it (the manifest
+        half-appeared) is retried a few times; a lasting one is raised."""
+        for attempt in range(1, OPEN_ATTEMPTS):
+            try:
+                ns = self._open(uri)
+                return ns if ns is not None else create()
+            except StorageError:
+                time.sleep(0.05 * attempt)
+        ns = self._open(uri)
+        return ns if ns is not None else create()
+
     def _open(self, uri: str) -> PartitionedNamespace | None:
         try:
             return PartitionedNamespace.open(uri, self.storage_options)
@@ -206,20 +259,38 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
     ) -> bool:
         """Adopt the output's added columns and widened types and a changed partitioning, after
         checking the update modes and (``check_rows``) that every row is a targeted key; True
-        when a spec version was added."""
-        fields = self._fields(asset, self._target(ns, schema), layout, meta)
-        added, widened = self._schema_changes(ns, schema)
-        spec_changed = not self._same_spec(ns, fields)
-        self._refuse(asset, meta, ns, added, widened, spec_changed, fields)
-        if added or widened or spec_changed:
+        when the output's partitioning differed from the namespace's current spec.
+
+        Safe against concurrent runs evolving the same namespace: a change that fails after
+        another run committed is re-evaluated on the latest namespace (a change already made
+        is not made again); one that fails on an unchanged namespace is raised."""
+        spec_changed: bool | None = None
+        for _attempt in range(EVOLVE_ATTEMPTS):
+            fields = self._fields(asset, self._target(ns, schema), layout, meta)
+            added, widened = self._schema_changes(ns, schema)
+            changes_spec = not self._same_spec(ns, fields)
+            if spec_changed is None:
+                spec_changed = changes_spec
+            if not (added or widened or changes_spec):
+                return spec_changed
+            self._refuse(asset, meta, ns, added, widened, changes_spec, fields)
             check_rows()
-        if added:
-            ns.add_columns(added)
-        for name, typ in widened:
-            ns.promote_column(name, typ)
-        if spec_changed:
-            ns.update_spec(fields)
-        return spec_changed
+            seen = ns.version
+            try:
+                if added:
+                    ns.add_columns(added)
+                for name, typ in widened:
+                    ns.promote_column(name, typ)
+                if changes_spec:
+                    ns.update_spec(fields)
+            except (CommitConflictError, SchemaError, SpecError):
+                ns.refresh()
+                if ns.version == seen:
+                    raise  # nobody else changed the namespace: the change itself is refused
+        raise CommitConflictError(
+            f"asset {asset}: {ns.uri} kept changing under this run's schema / partition spec "
+            f"update ({EVOLVE_ATTEMPTS} attempts); retry the run"
+        )
 
     @staticmethod
     def _schema_changes(
@@ -345,13 +416,15 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
 
     # -- input --------------------------------------------------------------------------------
     def load_input(self, context: dg.InputContext) -> Any:
-        upstream = context.upstream_output
+        """The asset's rows of the partitions the input maps to (all rows when unpartitioned),
+        filtered and projected by the input's ``filter`` / ``columns`` metadata."""
         asset_key = context.asset_key
+        uri = self.uri_for(asset_key)  # refuses unsafe keys before anything is read
+        upstream = context.upstream_output
         asset = asset_key.to_user_string()
         meta = dict(context.definition_metadata or {})
         upstream_meta = dict(upstream.definition_metadata or {}) if upstream else {}
         handler = handler_for_type(context.dagster_type.typing_type, asset)
-        uri = self.uri_for(asset_key)
         version = meta.get(VERSION)
         keys: list[str] | None = None
         if context.has_asset_partitions:
@@ -426,6 +499,35 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         return max(versions) if versions else None
 
 
+def _check_asset_key(asset_key: dg.AssetKey) -> None:
+    """Raise :class:`InvalidAssetKeyError` unless every part of ``asset_key`` is a safe
+    directory name (see ``LancePartitionedIOManager.uri_for``)."""
+    shown = repr(list(asset_key.path))
+    if not asset_key.path:
+        raise InvalidAssetKeyError(f"asset key {shown} has no parts", shown, "")
+    for part in asset_key.path:
+        if isinstance(part, str) and _SAFE_KEY_PART.fullmatch(part):
+            continue
+        text = str(part)
+        if text in ("", ".", ".."):
+            why = "it is empty" if text == "" else f"{text!r} is a relative path step"
+        elif "/" in text or "\\" in text:
+            why = "it contains a path separator"
+        elif ":" in text:
+            why = "it contains ':', read as a URI scheme or a drive"
+        elif any(ord(c) < 32 or ord(c) == 127 for c in text):
+            why = "it contains a control character"
+        else:
+            why = "it has a character outside A-Z a-z 0-9 _ - or a leading, trailing or double '.'"
+        raise InvalidAssetKeyError(
+            f"asset key {shown}: part {part!r} cannot be a directory under the IO manager root "
+            f"({why}); asset key parts must be letters, digits, '_' and '-', with '.' only "
+            "between them. Nothing was read or written.",
+            shown,
+            text,
+        )
+
+
 def _has_instance(context: dg.InputContext) -> bool:
     try:
         return context.instance is not None
@@ -436,7 +538,7 @@ def _has_instance(context: dg.InputContext) -> bool:
 def _mode(meta: Mapping[str, Any], key: str, default: str) -> str:
     mode = str(meta.get(key, default))
     if mode not in UPDATE_MODES:
-        raise ValueError(f"{key} must be one of {UPDATE_MODES}, got {mode!r}")
+        raise WriteError(f"{key} must be one of {UPDATE_MODES}, got {mode!r}")
     return mode
 
 
