@@ -249,7 +249,8 @@ def test_input_with_unsafe_key_reads_nothing_outside_root(tmp_path: Path, key: l
 
     before = tree(tmp_path)
     with pytest.raises(InvalidAssetKeyError) as info:
-        dg.materialize([dg.SourceAsset(key=key), reader], resources={"io_manager": io})
+        source = dg.AssetSpec(key=key).with_io_manager_key("io_manager")
+        dg.materialize([source, reader], resources={"io_manager": io})
     assert not loaded and tree(tmp_path) == before
     assert info.value.part == key[0]
 
