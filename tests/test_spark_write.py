@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import pickle
 import threading
 import time
 
@@ -21,9 +22,13 @@ from dagster_lance_partitioned import (
     WriteError,
 )
 from dagster_lance_partitioned.core.errors import NamespaceNotFoundError
+from dagster_lance_partitioned.core.manifest import ManifestStore
 from dagster_lance_partitioned.core.partition_by import PartitionByError, parse_partition_by
+from dagster_lance_partitioned.core.staged import StagedWrite
 from dagster_lance_partitioned.core.transforms import Bucket, Identity, Year
 from dagster_lance_partitioned.spark import FORMAT, write_dataframe
+from dagster_lance_partitioned.spark.result import Summary, find_result
+from dagster_lance_partitioned.spark.writer import LancePartitionedWriter, scatter_advice
 
 FIELDS = [PartitionField.identity("country"), PartitionField.identity("event_date")]
 
@@ -274,3 +279,104 @@ def test_parse_partition_by_forms():
     assert expr[0].field_id == "event_day" and expr[0].result_type == pa.date32()
     with pytest.raises(PartitionByError, match="cannot read"):
         parse_partition_by("median(x)")
+
+
+# -- commit results through the namespace, compact commit messages, scattered writes ----------
+
+
+def _wide_table(n: int, partitions: int) -> pa.Table:
+    """``n`` rows over ``partitions`` (country, day) partitions and eight more columns."""
+    cols = {
+        "id": pa.array(range(n), pa.int64()),
+        "country": [f"C{i % partitions:03d}" for i in range(n)],
+        "event_date": [dt.date(2025, 1, 1) + dt.timedelta(days=i % partitions) for i in range(n)],
+    }
+    for k in range(8):
+        cols[f"m{k}"] = pa.array([float(i) for i in range(n)])
+    return pa.table(cols)
+
+
+def test_commit_messages_stay_under_100_bytes_per_task_partition_pair(tmp_path):
+    """Nine tasks each writing into the same 200 partitions: what each task sends the driver
+    (its pickled commit message) is at most 100 bytes per task-partition pair; the former
+    message (the pickled StageResult) was about 840."""
+    table = _wide_table(9 * 2000, 200)
+    ns = PartitionedNamespace.create(tmp_path / "ns", table.schema, FIELDS)
+    ns.write(table.slice(0, 200))  # appends: the messages then carry the tables' layouts
+    before = ns.version
+    staged = StagedWrite.begin(ns, "append")
+    writer = LancePartitionedWriter(staged)
+    slices = [table.slice(i * 2000, 2000) for i in range(9)]
+    messages = [writer.write(iter(s.to_batches())) for s in slices]
+    pairs = sum(m.partitions for m in messages)
+    assert pairs == 9 * 200
+    per_pair = sum(len(pickle.dumps(m)) for m in messages) / pairs
+    former = staged.stage(slices[0].to_batches())
+    former_per_pair = len(pickle.dumps(former)) / len(former.partitions)
+    print(
+        f"commit message bytes per task-partition pair: {per_pair:.1f} (was {former_per_pair:.0f})"
+    )
+    assert per_pair <= 100 < former_per_pair
+    writer.commit(messages)
+    result = find_result(ns.uri, None, before, staged.write_id)
+    assert result is not None and result.manifest_version == before + 1
+    assert result.rows_written == table.num_rows and len(result.partitions) == 200
+    assert PartitionedNamespace.open(ns.uri).count_rows() == 200 + table.num_rows
+
+
+def test_write_dataframe_result_is_read_back_from_the_commit(spark, tmp_path):
+    """The commit records the write under the caller's write id; write_dataframe rebuilds its
+    result from the namespace (no file passes between the driver's commit and the caller)."""
+    table = every_type_table()
+    fields = [PartitionField.identity("country"), PartitionField.day("ts_utc")]
+    source = PartitionedNamespace.create(tmp_path / "src", table.schema, fields)
+    source.write(table)
+    ns = PartitionedNamespace.create(tmp_path / "ns", table.schema, fields)
+    ns.write(table.slice(0, 2))
+    df = spark.read.format(FORMAT).load(source.uri).repartition(2)
+    result = write_dataframe(df, ns.uri, "overwrite_partitions")
+    ns.refresh()
+    assert result is not None and result.manifest_version == ns.version
+    assert result.mode == "overwrite_partitions"
+    pins = {p["object_id"]: p["read_version"] for p in ns.partitions()}
+    assert result.read_versions.items() <= pins.items()
+    # rows per partition (NULL, zoned and date partition values) as the manifest counts them
+    for p in result.partitions:
+        got = lance.dataset(os.path.join(ns.uri, p.location), version=p.read_version)
+        assert p.rows == got.count_rows() and p.bytes_written > 0
+    assert result.rows_written == table.num_rows
+    props = ManifestStore(ns.uri).commit_properties(ns.version)
+    assert len(props["write_id"]) == 16 and props["spark.result"].startswith("z")
+    assert len(props["spark.result"]) < 400
+
+
+def test_plain_write_scatters_fragments_and_says_how_to_cluster(spark, tmp_path):
+    """A plain df.write writes one fragment per task into every partition the task holds rows
+    of (a Python data source cannot ask Spark to cluster its input); the commit records that
+    and the driver warns with the fix. write_dataframe clusters first: one fragment each."""
+    table = sample_table(96)
+    plain, helper = make_ns(tmp_path / "plain"), make_ns(tmp_path / "helper")
+    frame(spark, table, 4).write.format(FORMAT).mode("append").save(plain.uri)
+    write_dataframe(frame(spark, table, 4), helper.uri)
+
+    def layout(ns: PartitionedNamespace) -> tuple[list[int], Summary]:
+        ns.refresh()
+        frags = [
+            len(
+                lance.dataset(
+                    os.path.join(ns.uri, p["location"]), version=p["read_version"]
+                ).get_fragments()
+            )
+            for p in ns.partitions()
+        ]
+        props = ManifestStore(ns.uri).commit_properties(ns.version)
+        return frags, Summary.decode(props["spark.result"])
+
+    frags, summary = layout(plain)
+    assert summary.tasks == 4 and summary.pairs == sum(frags) >= 2 * len(frags) == 2 * 9
+    advice = scatter_advice(summary)
+    assert advice is not None and "write_dataframe" in advice and "repartition" in advice
+    frags, summary = layout(helper)
+    assert frags == [1] * 9 and summary.pairs == 9
+    assert scatter_advice(summary) is None
+    assert sorted_rows(plain.to_table()) == sorted_rows(helper.to_table())

@@ -10,8 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..core.errors import PartitionedNamespaceError, WriteError
-from ..core.manifest import ManifestStore
+from ..core.errors import PartitionedNamespaceError
 from ..core.namespace import PartitionedNamespace
 from ..core.writer import WriteResult
 
@@ -176,7 +175,8 @@ class SparkHandler(TypeHandler):
         from ..spark import register, write_dataframe
 
         register(obj.sparkSession)  # idempotent; the session may not know the format yet
-        before = ns.version  # commits since are searched for this write's properties
+        # the result comes back through the namespace (the commit records it), also from a
+        # Spark Connect server on another machine; None: Spark committed nothing
         result = write_dataframe(
             obj,
             ns.uri,
@@ -185,13 +185,6 @@ class SparkHandler(TypeHandler):
             storage_options=ns.storage_options,
             commit_properties=dict(commit_properties),
         )
-        committed = _commit_with(ns.refresh(), before, commit_properties) if not result else None
-        if committed is not None:
-            raise WriteError(
-                f"{ns.uri}: the Spark write committed (manifest version {committed}) but its "
-                "result did not reach this process (a Spark Connect server on another "
-                "machine?); the data is stored, its materialization cannot be described"
-            )
         if result is None and partitions and mode == "overwrite_partitions":
             # Spark committed nothing (no rows): the named partitions still become empty
             empty = pa.Table.from_batches([], schema=self.schema(obj))
@@ -219,16 +212,6 @@ class SparkHandler(TypeHandler):
     def sample_outside(self, obj: Any, row_filter: str) -> dict[str, Any] | None:
         rows = obj.where(f"NOT ({row_filter})").limit(1).collect()
         return rows[0].asDict(recursive=True) if rows else None
-
-
-def _commit_with(ns: PartitionedNamespace, since: int, properties: Mapping[str, str]) -> int | None:
-    """The manifest version after ``since`` whose commit carries all of ``properties``."""
-    store = ManifestStore(ns.uri, ns.storage_options)
-    for version in range(since + 1, ns.version + 1):
-        got = store.commit_properties(version) or {}
-        if all(got.get(k) == v for k, v in properties.items()):
-            return version
-    return None
 
 
 def _spark_dataframe() -> Any:

@@ -4,14 +4,13 @@ namespace and get back what was written."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+import secrets
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
-from pyspark.errors.exceptions.captured import CapturedException
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from ..core.errors import WriteError
 from ..core.filters import FilterLike
@@ -19,16 +18,11 @@ from ..core.spec import PartitionSpec, source_names
 from ..core.staged import StagedWrite
 from ..core.writer import WRITE_MODES, WriteResult
 from . import options as opt
+from .result import find_result
 from .types import arrow_schema
-from .writer import (
-    PARTITIONS_OPTION,
-    RESULT_PATH_OPTION,
-    encode_partitions,
-    load_result,
-    open_or_create,
-)
+from .writer import PARTITIONS_OPTION, WRITE_ID_OPTION, encode_partitions, open_or_create
 
-_DATE_PARTS = {"year": F.year, "month": F.month, "day": F.dayofmonth, "hour": F.hour}
+_DATE_PARTS = {"year": "year", "month": "month", "day": "dayofmonth", "hour": "hour"}
 
 
 def read_dataframe(
@@ -70,8 +64,10 @@ def write_dataframe(
     cluster: bool = True,
 ) -> WriteResult | None:
     """Write ``df`` into the namespace at ``uri`` through the ``lance_partitioned`` format and
-    return what was written (rows per partition, manifest version); None when Spark committed
-    nothing (e.g. a DataFrame without partitions).
+    return what was written (rows and bytes per partition, read versions, manifest version);
+    None when the write committed nothing. The result is read back from the namespace (the
+    write's manifest commit records it under a write id chosen here), so it also reaches this
+    process from a Spark Connect server on another machine.
 
     ``mode``: ``append``, ``overwrite_partitions`` or ``overwrite`` (the whole table, also when
     the session sets ``spark.sql.sources.partitionOverwriteMode=dynamic``). ``partition_by`` creates
@@ -90,6 +86,8 @@ def write_dataframe(
     ns = open_or_create(uri, storage_options, data_schema, partition_by)
     # the checks the job repeats, here with the core's own exceptions
     StagedWrite.begin(ns, mode, partitions=partition_values).check_schema(data_schema)
+    before = ns.version  # this write's commit is searched after it
+    write_id = secrets.token_hex(8)
     activate(df.sparkSession)
     if cluster:
         df = cluster_by_partition(df, ns)
@@ -104,13 +102,16 @@ def write_dataframe(
         writer = writer.option("commitProperties", json.dumps(commit_properties))
     if partition_values is not None:
         writer = writer.option(PARTITIONS_OPTION, encode_partitions(list(partition_values)))
-    with tempfile.TemporaryDirectory(prefix="dlp-spark-write-") as tmp:
-        path = os.path.join(tmp, "result.pickle")
-        try:
-            writer.option(RESULT_PATH_OPTION, path).save(ns.uri)
-        except CapturedException as e:
+    try:
+        writer.option(WRITE_ID_OPTION, write_id).save(ns.uri)
+    except PySparkException as e:
+        # the commit may have landed before the failure reached this process (a Connect
+        # server that lost its client): then the write stands
+        result = find_result(ns.uri, storage_options, before, write_id)
+        if result is None:
             raise WriteError(f"Spark write into {ns.uri} failed, nothing committed: {e}") from e
-        return load_result(path)
+        return result
+    return find_result(ns.uri, storage_options, before, write_id)
 
 
 def activate(spark: SparkSession) -> None:
@@ -123,11 +124,28 @@ def activate(spark: SparkSession) -> None:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
 
 
+def _functions(df: DataFrame | None) -> ModuleType:
+    """The Spark functions module of ``df``'s kind (Connect or classic): a process may hold
+    sessions of both, and their columns do not mix."""
+    if df is not None and type(df).__module__.startswith("pyspark.sql.connect"):
+        from pyspark.sql.connect import functions as connect_functions
+
+        return connect_functions
+    from pyspark.sql import functions
+
+    return functions
+
+
 def partition_columns(
-    spec: PartitionSpec, schema_with_ids: Any, columns: Sequence[str]
+    spec: PartitionSpec,
+    schema_with_ids: Any,
+    columns: Sequence[str],
+    df: DataFrame | None = None,
 ) -> list[Column]:
-    """Spark expressions grouping rows like ``spec`` (identity and date-part fields of
-    ``columns``; other fields are left out, which only makes the grouping coarser)."""
+    """Spark expressions (for ``df``'s kind of session) grouping rows like ``spec`` (identity
+    and date-part fields of ``columns``; other fields are left out, which only makes the
+    grouping coarser)."""
+    F = _functions(df)
     exprs: list[Column] = []
     for f in spec.fields:
         names = source_names(f, schema_with_ids)
@@ -137,12 +155,12 @@ def partition_columns(
         if kind == "identity":
             exprs.append(F.col(names[0]))
         elif kind in _DATE_PARTS:
-            exprs.append(_DATE_PARTS[kind](F.col(names[0])))
+            exprs.append(getattr(F, _DATE_PARTS[kind])(F.col(names[0])))
     return exprs
 
 
 def cluster_by_partition(df: DataFrame, ns: Any) -> DataFrame:
     """``df`` hash-partitioned by its partition values, so that each Spark task writes whole
     partitions (one fragment per partition table and task instead of one per task)."""
-    exprs = partition_columns(ns.current_spec, ns.schema_with_ids, df.columns)
+    exprs = partition_columns(ns.current_spec, ns.schema_with_ids, df.columns, df)
     return df.repartition(*exprs) if exprs else df

@@ -23,7 +23,10 @@ Write options: ``partitionBy`` (only to create a missing namespace), ``partition
 (``dynamic``: mode ``overwrite`` replaces only the partitions present in the data; ``static``:
 the whole table; without it, the session's ``spark.sql.sources.partitionOverwriteMode`` at the
 time of the write decides, default static), ``storageOptions`` / ``storage.<key>``,
-``commitProperties`` (JSON)."""
+``commitProperties`` (JSON), ``writeId`` (recorded as ``dlp.write_id``; by default a random
+one). Every write's manifest commit also records its outcome (``dlp.spark.result``: rows and
+bytes per partition, task and commit-message counts), which is how ``write_dataframe`` learns
+what it wrote, wherever the driver runs (see ``result``)."""
 
 from __future__ import annotations
 

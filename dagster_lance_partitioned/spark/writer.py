@@ -23,14 +23,12 @@ stage the same fragments; they differ only in what the ``__manifest`` commit der
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import decimal
 import json
-import os
 import pickle
-import tempfile
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,22 +41,25 @@ from pyspark.sql.types import StructType
 from ..core.errors import NamespaceNotFoundError, WriteError
 from ..core.namespace import PartitionedNamespace
 from ..core.partition_by import parse_partition_by
-from ..core.staged import StagedWrite, StageResult
-from ..core.writer import WriteResult
+from ..core.staged import StagedWrite
 from . import options as opt
+from .messages import pack, unpack
+from .result import RESULT_PROPERTY, Summary, check_write_id, summarize
 from .types import arrow_schema
 
-RESULT_PATH_OPTION = "writeResultPath"  # internal: where commit() leaves the WriteResult
+WRITE_ID_OPTION = "writeId"  # the write id recorded in the commit (dlp.write_id)
 PARTITIONS_OPTION = "partitions"  # JSON list of {field id: value}: the only partitions written
 SESSION_OVERWRITE_CONF = "spark.sql.sources.partitionOverwriteMode"
 
 
 @dataclass
 class StagedMessage(WriterCommitMessage):
-    """One task's commit message: the fragments it staged, per partition, and (when the write's
-    overwrite mode is the session's) the session's partition overwrite mode the task saw."""
+    """One task's commit message: the fragments it staged, packed compactly (None: no rows),
+    how many partitions it wrote into, and (when the write's overwrite mode is the session's)
+    the session's partition overwrite mode the task saw."""
 
-    result: StageResult
+    packed: bytes | None
+    partitions: int = 0
     session_mode: str | None = None
 
 
@@ -169,38 +170,45 @@ def make_writer(
         partitions=_partitions(options),
     )
     staged.check_schema(data_schema)  # raises naming the column, before any data is written
-    return LancePartitionedWriter(
-        staged, opt._get(options, RESULT_PATH_OPTION), session_decides=session_decides
-    )
+    write_id = opt._get(options, WRITE_ID_OPTION)
+    if write_id is not None:
+        staged = dataclasses.replace(staged, write_id=check_write_id(write_id))
+    return LancePartitionedWriter(staged, session_decides=session_decides)
 
 
 class LancePartitionedWriter(DataSourceArrowWriter):
     """Stages fragments in the tasks, commits them once on the driver."""
 
-    def __init__(
-        self, staged: StagedWrite, result_path: str | None = None, session_decides: bool = False
-    ) -> None:
+    def __init__(self, staged: StagedWrite, session_decides: bool = False) -> None:
         self.staged = staged
-        self.result_path = result_path
         self.session_decides = session_decides  # overwrite mode: the session's, seen by tasks
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Write this task's rows as fragments of their partition tables (nothing visible)."""
         result = self.staged.stage(b for b in iterator if b.num_rows)
-        return StagedMessage(result, session_overwrite_mode() if self.session_decides else None)
+        return StagedMessage(
+            pack(result) if result.partitions else None,
+            len(result.partitions),
+            session_overwrite_mode() if self.session_decides else None,
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Commit every partition table once, then the single ``__manifest`` commit."""
-        result = self._settled(messages).commit(_results(messages))
-        if self.result_path:
-            # OSError: the process that started the write runs elsewhere (a remote Spark
-            # Connect server); the commit stands, that process finds no result
-            with contextlib.suppress(OSError):
-                save_result(self.result_path, result)
+        """Commit every partition table once, then the single ``__manifest`` commit, which
+        records the write's outcome (see :mod:`.result`)."""
+        staged = self._settled(messages)
+        writer = staged._writer()  # the partition writer the tasks used, on the driver
+        results = unpack(_packed(messages), writer)
+        size = sum(len(pickle.dumps(m)) for m in messages if m is not None)
+        summary = summarize(writer.spec.spec_id, results, size)
+        advice = scatter_advice(summary)
+        if advice is not None:
+            _warn_once(f"{staged.root}: {advice}")
+        props = {**staged.commit_properties, RESULT_PROPERTY: summary.encode()}
+        dataclasses.replace(staged, commit_properties=props).commit(results)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing becomes visible; staged fragments are left as orphans."""
-        self.staged.abort(_results(messages))
+        self.staged.abort([None for _ in messages])
 
     def _settled(self, messages: list[WriterCommitMessage | None]) -> StagedWrite:
         """The staged write with its final mode: an overwrite that follows the session takes
@@ -221,33 +229,49 @@ class LancePartitionedWriter(DataSourceArrowWriter):
         return dataclasses.replace(self.staged, mode=mode)
 
 
-def _results(messages: list[WriterCommitMessage | None]) -> list[StageResult | None]:
-    out: list[StageResult | None] = []
+def _packed(messages: list[WriterCommitMessage | None]) -> list[bytes | None]:
+    out: list[bytes | None] = []
     for m in messages:
         if m is None:
             out.append(None)
         elif isinstance(m, StagedMessage):
-            out.append(m.result)
+            out.append(m.packed)
         else:
             raise WriteError(f"unexpected commit message {type(m).__name__}")
     return out
 
 
-def save_result(path: str, result: WriteResult) -> None:
-    """Leave ``result`` at ``path`` (atomically) for the process that started the write."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".write-result-")
-    with os.fdopen(fd, "wb") as fh:
-        pickle.dump(result, fh)
-    os.replace(tmp, path)
+SMALL_PAIR_ROWS = 128 * 1024  # below this many rows per task and partition, fragments are small
+_warned: set[str] = set()
 
 
-def load_result(path: str) -> WriteResult | None:
-    """The result left by :func:`save_result`, or None when the write committed nothing."""
-    if not os.path.exists(path) or os.path.getsize(path) == 0:
+def scatter_advice(summary: Summary) -> str | None:
+    """The fix for a write whose tasks each wrote small fragments into many partitions (the
+    rows were not clustered by partition); None for a write that was."""
+    parts = len(summary.partitions)
+    if not parts or summary.pairs < 2 * parts:
         return None
-    with open(path, "rb") as fh:
-        result = pickle.load(fh)
-    if not isinstance(result, WriteResult):
+    rows = sum(r for r, _ in summary.partitions.values())
+    if rows / summary.pairs >= SMALL_PAIR_ROWS:
         return None
-    return result
+    return (
+        f"{summary.tasks} Spark tasks wrote {summary.pairs} fragments into {parts} partition "
+        f"tables ({summary.pairs / parts:.1f} per table, {rows // summary.pairs} rows each): "
+        "the rows were not clustered by partition. Write with "
+        "dagster_lance_partitioned.spark.write_dataframe(df, uri, mode), which repartitions "
+        "by the partition values first, or df.repartition(<partition columns>) before "
+        "df.write; ns.compact() merges the small fragments later."
+    )
+
+
+def _warn_once(message: str) -> None:
+    """Warn (on the driver's stderr) once per process and namespace."""
+    root = message.split(": ", 1)[0]
+    if root in _warned:
+        return
+    _warned.add(root)
+    warnings.warn(ScatteredWriteWarning(message), stacklevel=2)
+
+
+class ScatteredWriteWarning(UserWarning):
+    """A Spark write whose tasks each wrote small fragments into many partition tables."""
