@@ -435,3 +435,19 @@ def test_maintenance_refuses_a_pinned_namespace(ns):
         with pytest.raises(WriteError, match="opened at manifest version 2"):
             call()
     assert fingerprint(ns.uri) == before
+
+
+def test_vacuum_never_takes_a_nested_namespace_for_an_orphan(tmp_path):
+    """Dagster asset keys ["a"] and ["a", "deadbeef_x"] nest one namespace inside another; the
+    inner one (even with a table-like directory name) is not an orphan of the outer one."""
+    outer = PartitionedNamespace.create(
+        tmp_path / "a", SCHEMA, [PartitionField.identity("country")]
+    )
+    outer.write(sample_table(3))
+    inner = PartitionedNamespace.create(
+        tmp_path / "a" / "deadbeef_x", SCHEMA, [PartitionField.identity("country")]
+    )
+    inner.write(sample_table(4))
+    result = outer.vacuum(grace=dt.timedelta(0))
+    assert result.orphans_removed == ()
+    assert PartitionedNamespace.open(tmp_path / "a" / "deadbeef_x").count_rows() == 4

@@ -10,13 +10,11 @@ import pyarrow as pa
 import pytest
 from conftest import sorted_rows
 
-from dagster_lance_partitioned import PartitionedNamespace
+from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import SpecError
 from dagster_lance_partitioned.core.range_list import (
     list_expression,
-    list_field,
     range_expression,
-    range_field,
     range_labels,
     sql_literal,
 )
@@ -122,7 +120,7 @@ def test_list_expression_text():
 )
 def test_range_validation(bounds, labels, match):
     with pytest.raises(SpecError, match=match):
-        range_field("x", bounds, field_id="x_range", labels=labels)
+        PartitionField.range("x", bounds, field_id="x_range", labels=labels)
 
 
 @pytest.mark.parametrize(
@@ -141,12 +139,12 @@ def test_range_validation(bounds, labels, match):
 )
 def test_list_validation(groups, default, match):
     with pytest.raises(SpecError, match=match):
-        list_field("x", groups, default=default, field_id="x_list")
+        PartitionField.list("x", groups, default=default, field_id="x_list")
 
 
 def test_field_id_is_validated():
     with pytest.raises(SpecError, match="field id"):
-        range_field("x", [1], field_id="bad id")
+        PartitionField.range("x", [1], field_id="bad id")
 
 
 # -- written and read back ----------------------------------------------------------------------
@@ -159,7 +157,7 @@ def _ns(tmp_path, schema, field, name="ns"):
 def test_date_ranges_put_rows_in_the_right_partitions(tmp_path):
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("logdate", pa.date32())])
     bounds = [dt.date(2016, 1, 1), dt.date(2017, 1, 1), dt.date(2017, 2, 1)]
-    ns = _ns(tmp_path, schema, range_field("logdate", bounds, field_id="logdate_range"))
+    ns = _ns(tmp_path, schema, PartitionField.range("logdate", bounds, field_id="logdate_range"))
     days = [
         dt.date(2015, 6, 1), dt.date(2015, 12, 31), dt.date(2016, 1, 1), dt.date(2016, 12, 31),
         dt.date(2017, 1, 1), dt.date(2017, 1, 31), dt.date(2017, 2, 1), dt.date(2030, 1, 1), None,
@@ -215,7 +213,7 @@ def test_date_ranges_put_rows_in_the_right_partitions(tmp_path):
 )
 def test_ranges_over_every_literal_type(tmp_path, arrow_type, bounds, values):
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("v", arrow_type)])
-    ns = _ns(tmp_path, schema, range_field("v", bounds, field_id="v_range"))
+    ns = _ns(tmp_path, schema, PartitionField.range("v", bounds, field_id="v_range"))
     data = pa.table({"id": range(len(values)), "v": pa.array(values, arrow_type)}, schema=schema)
     ns.write(data)
     labels = range_labels(len(bounds) + 1)
@@ -232,7 +230,9 @@ def test_ranges_over_every_literal_type(tmp_path, arrow_type, bounds, values):
 
 def test_custom_labels(tmp_path):
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("age", pa.int32())])
-    field = range_field("age", [18, 65], field_id="age_band", labels=["minor", "adult", "senior"])
+    field = PartitionField.range(
+        "age", [18, 65], field_id="age_band", labels=["minor", "adult", "senior"]
+    )
     ns = _ns(tmp_path, schema, field)
     data = pa.table({"id": [1, 2, 3, 4], "age": pa.array([5, 18, 64, 90], pa.int32())})
     ns.write(data)
@@ -248,7 +248,9 @@ def test_custom_labels(tmp_path):
 def test_lists_put_rows_in_the_right_partitions(tmp_path):
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("country", pa.utf8())])
     groups = {"asia": ["China", "India"], "america": ["Canada", "America"], "au": ["Australia"]}
-    ns = _ns(tmp_path, schema, list_field("country", groups, default="rest", field_id="area"))
+    ns = _ns(
+        tmp_path, schema, PartitionField.list("country", groups, default="rest", field_id="area")
+    )
     countries = [
         "China",
         "India",
@@ -275,7 +277,9 @@ def test_lists_put_rows_in_the_right_partitions(tmp_path):
 
 def test_list_with_null_group_and_null_default(tmp_path):
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("code", pa.int64())])
-    field = list_field("code", {"small": [1, 2, None], "big": [100]}, default=None, field_id="c")
+    field = PartitionField.list(
+        "code", {"small": [1, 2, None], "big": [100]}, default=None, field_id="c"
+    )
     ns = _ns(tmp_path, schema, field)
     data = pa.table({"id": [0, 1, 2, 3, 4], "code": [1, None, 100, 7, 2]}, schema=schema)
     ns.write(data)
@@ -290,7 +294,7 @@ def test_list_over_dates_and_bools(tmp_path):
         [pa.field("id", pa.int64()), pa.field("d", pa.date32()), pa.field("flag", pa.bool_())]
     )
     holidays = {"xmas": [dt.date(2025, 12, 25), dt.date(2024, 12, 25)]}
-    ns = _ns(tmp_path, schema, list_field("d", holidays, field_id="holiday"))
+    ns = _ns(tmp_path, schema, PartitionField.list("d", holidays, field_id="holiday"))
     data = pa.table(
         {
             "id": [0, 1, 2],
@@ -302,7 +306,7 @@ def test_list_over_dates_and_bools(tmp_path):
     ns.write(data)
     parts = {k: sorted(r["id"] for r in v) for k, v in _partition_rows(ns).items()}
     assert parts == {"xmas": [0, 2], "default": [1]}
-    ns2 = _ns(tmp_path, schema, list_field("flag", {"yes": [True]}, field_id="f"), "ns2")
+    ns2 = _ns(tmp_path, schema, PartitionField.list("flag", {"yes": [True]}, field_id="f"), "ns2")
     ns2.write(data)
     parts = {k: sorted(r["id"] for r in v) for k, v in _partition_rows(ns2).items()}
     assert parts == {"yes": [0], "default": [1], None: [2]}
@@ -311,5 +315,5 @@ def test_list_over_dates_and_bools(tmp_path):
 def test_range_over_a_column_of_another_type_is_refused_at_create(tmp_path):
     schema = pa.schema([pa.field("id", pa.int64()), pa.field("d", pa.date32())])
     with pytest.raises(Exception, match="d_range"):
-        _ns(tmp_path, schema, range_field("d", [True], field_id="d_range"))
+        _ns(tmp_path, schema, PartitionField.range("d", [True], field_id="d_range"))
     assert not (tmp_path / "ns" / "__manifest").exists()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import lance
 import pyarrow as pa
@@ -36,10 +35,8 @@ from .manifest import (
     writer_flags,
 )
 from .spec import PartitionSpec, SpecField, source_types, specs_from_metadata
+from .state import HasState, NamespaceState, state_of
 from .transforms import Day, Hour, Identity, Month, Transform, Truncate, Year
-
-if TYPE_CHECKING:
-    from .namespace import PartitionedNamespace
 
 _DATE_PARTS: dict[str, type[Transform]] = {"year": Year, "month": Month, "day": Day, "hour": Hour}
 _DATE_PART_RE = re.compile(
@@ -262,15 +259,16 @@ def refill_after_switch(
     return snap.version
 
 
-def migrate_rows(ns: PartitionedNamespace) -> int:
+def migrate_rows(ns: NamespaceState | HasState) -> int:
     """Step 1 of :func:`upgrade` alone: add and fill the current-shape manifest columns (the
     draft specs stay in force); returns the manifest version."""
+    ns = state_of(ns)
     snap, _ = _fill_commit(_store(ns))
     return snap.version
 
 
-def _store(ns: PartitionedNamespace) -> ManifestStore:
-    if ns._pinned:
+def _store(ns: NamespaceState) -> ManifestStore:
+    if ns.pinned:
         raise WriteError(
             f"{ns.uri} was opened at manifest version {ns.version}; "
             "open it without a version to upgrade it"
@@ -287,9 +285,10 @@ def _upgrade_writer_flag(store: ManifestStore, snap: ManifestSnapshot) -> int:
     return store.update_metadata({WRITER_FLAG_KEY: flags}, base_version=snap.version).version
 
 
-def upgrade(ns: PartitionedNamespace) -> int:
+def upgrade(ns: NamespaceState | HasState) -> int:
     """Rewrite draft-shaped specs and manifest columns in the current shape (idempotent);
     returns the final manifest version."""
+    ns = state_of(ns)
     store = _store(ns)
     for _attempt in range(10):
         snap, conversion = _fill_commit(store)

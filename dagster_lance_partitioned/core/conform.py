@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from .arrow_json import field_id, normalize_type, strip_field_ids
 from .errors import NullabilityError, SchemaError, SchemaMismatchError
-from .evolution import is_widening
+from .ns_schema import is_widening
 
 FIELD_IDS_KEY = "dlp:field_ids"
 """Schema metadata key of a partition table: JSON ``{column name: namespace field id}``."""

@@ -18,102 +18,32 @@ Rules (FORMAT.md "Namespace schema", draft spec "Schema Evolution Rules"):
 from __future__ import annotations
 
 import json
-import random
-import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
-import lance
 import pyarrow as pa
-from lance import LanceOperation
-from lance.dataset import Transaction
 
 from . import arrow_json
-from .errors import CommitConflictError, SchemaError, WriteError
-from .manifest import COMMIT_PROPERTY_PREFIX, SCHEMA_KEY
-from .spec import PartitionSpec, specs_from_metadata
-
-if TYPE_CHECKING:
-    from .namespace import PartitionedNamespace
-
-DEPRECATED_KEY = "lance:deprecated"
-"""Field metadata key marking a dropped field (value ``"true"``)."""
-
-MAX_ATTEMPTS = 30
-
-_DEPRECATED_BKEY = DEPRECATED_KEY.encode()
-
-_SIGNED = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
-_UNSIGNED = [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
-_FLOATS = [pa.float16(), pa.float32(), pa.float64()]
-
-
-# --------------------------------------------------------------------------------------------
-# Deprecated fields
-
-
-def is_deprecated(f: pa.Field) -> bool:
-    """Whether ``f`` carries ``lance:deprecated: true`` (a dropped column)."""
-    return (f.metadata or {}).get(_DEPRECATED_BKEY, b"").lower() == b"true"
-
-
-def live_schema(schema: pa.Schema) -> pa.Schema:
-    """``schema`` without its deprecated (dropped) top-level fields."""
-    if not any(is_deprecated(f) for f in schema):
-        return schema
-    return pa.schema([f for f in schema if not is_deprecated(f)], metadata=schema.metadata)
-
-
-def dropped_names(schema: pa.Schema) -> set[str]:
-    """Names of dropped top-level fields that no live field has taken since."""
-    live = {f.name for f in schema if not is_deprecated(f)}
-    return {f.name for f in schema if is_deprecated(f)} - live
-
-
-def full_schema(metadata: dict[str, str]) -> pa.Schema:
-    """The namespace schema stored in ``__manifest`` metadata, dropped fields included."""
-    raw = metadata.get(SCHEMA_KEY)
-    if raw is None:
-        raise SchemaError("__manifest metadata has no 'schema'")
-    return arrow_json.schema_from_json(raw)
-
-
-# --------------------------------------------------------------------------------------------
-# Type promotion
-
-
-def is_widening(src: pa.DataType, dst: pa.DataType) -> bool:
-    """Whether every ``src`` value is exactly a ``dst`` value and hashes to the same bucket.
-
-    Allowed: a wider signed integer; a wider unsigned integer, or a signed integer wider than
-    the unsigned one; float16 -> float32 -> float64; a decimal with more precision and the same
-    scale; utf8 -> large_utf8; binary -> large_binary. Integers never become floats (integers
-    and floats hash differently, so bucket partition values would move) and dates, times and
-    timestamps keep their type."""
-    if src == dst:
-        return False
-    if src in _SIGNED and dst in _SIGNED:
-        return _SIGNED.index(dst) > _SIGNED.index(src)
-    if src in _UNSIGNED and dst in _UNSIGNED:
-        return _UNSIGNED.index(dst) > _UNSIGNED.index(src)
-    if src in _UNSIGNED and dst in _SIGNED:
-        return dst.bit_width > src.bit_width
-    if src in _FLOATS and dst in _FLOATS:
-        return _FLOATS.index(dst) > _FLOATS.index(src)
-    if pa.types.is_decimal(src) and pa.types.is_decimal(dst):
-        return (
-            src.scale == dst.scale
-            and dst.precision >= src.precision
-            and dst.bit_width >= src.bit_width
-        )
-    return (src, dst) in ((pa.utf8(), pa.large_utf8()), (pa.binary(), pa.large_binary()))
-
+from .errors import SchemaError
+from .manifest import ManifestEdit, ManifestSnapshot
+from .ns_schema import (
+    DEPRECATED_KEY,
+    SCHEMA_KEY,
+    dropped_names,
+    full_schema,
+    is_deprecated,
+    is_widening,
+    live_schema,
+)
+from .spec import PartitionSpec
+from .state import HasState, NamespaceState, load_snapshot, state_of
 
 # --------------------------------------------------------------------------------------------
 # Operations
 
 
-def add_columns(ns: PartitionedNamespace, fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> int:
+def add_columns(
+    ns: NamespaceState | HasState, fields: pa.Field | Sequence[pa.Field] | pa.Schema
+) -> int:
     """Add nullable columns with new field ids in one manifest commit; returns its version."""
     new_fields = _as_fields(fields)
 
@@ -140,7 +70,7 @@ def add_columns(ns: PartitionedNamespace, fields: pa.Field | Sequence[pa.Field] 
     return _evolve(ns, "add_columns", change)
 
 
-def rename_column(ns: PartitionedNamespace, old: str, new: str) -> int:
+def rename_column(ns: NamespaceState | HasState, old: str, new: str) -> int:
     """Rename a column, keeping its field id, in one manifest commit; returns its version."""
     if not isinstance(new, str) or not new:
         raise SchemaError(f"cannot rename column {old!r}: the new name must be a non-empty string")
@@ -155,7 +85,7 @@ def rename_column(ns: PartitionedNamespace, old: str, new: str) -> int:
     return _evolve(ns, "rename_column", change)
 
 
-def drop_column(ns: PartitionedNamespace, name: str) -> int:
+def drop_column(ns: NamespaceState | HasState, name: str) -> int:
     """Mark a column deprecated (kept in the schema JSON, hidden from readers and writers) in
     one manifest commit; returns its version. Refused while the current spec uses it."""
 
@@ -175,13 +105,13 @@ def drop_column(ns: PartitionedNamespace, name: str) -> int:
             raise SchemaError(f"cannot drop column {name!r}: it is the last column")
         f = full.field(idx)
         md = dict(f.metadata or {})
-        md[_DEPRECATED_BKEY] = b"true"
+        md[DEPRECATED_KEY.encode()] = b"true"
         return full.set(idx, f.with_nullable(True).with_metadata(md))
 
     return _evolve(ns, "drop_column", change)
 
 
-def promote_column(ns: PartitionedNamespace, name: str, wider_type: pa.DataType) -> int:
+def promote_column(ns: NamespaceState | HasState, name: str, wider_type: pa.DataType) -> int:
     """Widen a column's type (see :func:`is_widening`) in one manifest commit; returns its
     version."""
     if not isinstance(wider_type, pa.DataType):
@@ -245,65 +175,25 @@ def _check_specs(schema: pa.Schema, specs: list[PartitionSpec]) -> None:
 
 
 def _evolve(
-    ns: PartitionedNamespace,
+    ns: NamespaceState | HasState,
     operation: str,
     change: Callable[[pa.Schema, list[PartitionSpec]], pa.Schema],
 ) -> int:
-    """Apply ``change`` to the latest namespace schema in one manifest commit (re-validated
-    and retried when a concurrent commit wins); returns the new manifest version."""
-    if ns._pinned:
-        raise WriteError(
-            f"{ns.uri} was opened at manifest version {ns.version}; "
-            "open it without a version to change its schema"
-        )
-    store = ns._store
-    delay = 0.01
-    for _attempt in range(MAX_ATTEMPTS):
-        ds = store.dataset()
-        metadata = dict(ds.metadata)
-        specs = specs_from_metadata(metadata)
-        new = change(full_schema(metadata), specs)
+    """Apply ``change`` to the latest namespace schema in one manifest commit (re-validated on
+    the latest version when a concurrent commit wins); returns the new manifest version."""
+    state = state_of(ns)
+    state.require_unpinned("change its schema")
+
+    def plan(snap: ManifestSnapshot) -> ManifestEdit:
+        specs = list(snap.specs.values())
+        new = change(full_schema(snap.metadata), specs)
         _check_specs(new, specs)
         raw = json.dumps(arrow_json.schema_to_json(new), separators=(",", ":"))
-        try:
-            return _commit_schema(store.uri, raw, ds.version, operation, store.storage_options)
-        except (lance.commit.CommitConflictError, OSError) as e:
-            if not _is_conflict(e):
-                raise
-            time.sleep(delay * (1 + random.random()))
-            delay = min(delay * 2, 0.5)
-    raise CommitConflictError(
-        f"{store.uri}: gave up changing the schema after {MAX_ATTEMPTS} concurrent commits"
-    )
+        return ManifestEdit(
+            metadata={SCHEMA_KEY: raw}, properties={"operation": operation, "overwritten": "[]"}
+        )
 
-
-def _is_conflict(e: Exception) -> bool:
-    """Whether a failed commit lost against a concurrent commit."""
-    if isinstance(e, lance.commit.CommitConflictError):
-        return True
-    text = str(e).lower()
-    return "conflict" in text or "preempted" in text or "incompatible" in text
-
-
-def _commit_schema(
-    uri: str,
-    raw: str,
-    base_version: int,
-    operation: str,
-    storage_options: dict[str, str] | None,
-) -> int:
-    """Commit ``schema`` = ``raw`` on top of ``base_version``; fails on a concurrent commit."""
-    op = LanceOperation.UpdateConfig(
-        table_metadata_updates=LanceOperation.UpdateMap({SCHEMA_KEY: raw}, replace=False)
-    )
-    props = {"operation": operation, "overwritten": "[]"}
-    tx = Transaction(
-        read_version=base_version,
-        operation=op,
-        transaction_properties={COMMIT_PROPERTY_PREFIX + k: v for k, v in props.items()},
-    )
-    ds = lance.LanceDataset.commit(uri, tx, storage_options=storage_options, max_retries=0)
-    return ds.version
+    return state.store.commit(load_snapshot, plan).version
 
 
 __all__ = [

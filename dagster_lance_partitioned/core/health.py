@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import lance
 import pyarrow as pa
@@ -24,15 +24,13 @@ import pyarrow.compute as pc
 from . import arrow_json, storage
 from .conform import column_ids, column_sources, conform_for_read
 from .errors import PathEscapeError, SchemaError
-from .evolution import full_schema, is_widening
-from .hive import fill_constants, identity_constants
 from .manifest import MANIFEST_DIR, ManifestSnapshot, ManifestStore, TableEntry
+from .ns_schema import full_schema, is_widening
+from .partition_constants import fill_constants, identity_constants
 from .partitioner import SpecEvaluator
 from .spec import PartitionSpec
+from .state import HasState, NamespaceState, state_of
 from .writer import DETACHED_BIT
-
-if TYPE_CHECKING:
-    from .namespace import PartitionedNamespace
 
 VERSIONS_DIR = "_versions/"
 MANIFEST_SUFFIX = ".manifest"
@@ -408,8 +406,8 @@ def open_entry(
     return lance.dataset(uri, version=entry.read_tag, storage_options=storage_options)
 
 
-def _entries(ns: PartitionedNamespace) -> list[tuple[TableEntry, PartitionSpec]]:
-    snap = ns._snapshot
+def _entries(ns: NamespaceState) -> list[tuple[TableEntry, PartitionSpec]]:
+    snap = ns.snapshot
     return [(t, snap.specs[t.spec_id]) for t in snap.tables()]
 
 
@@ -464,12 +462,13 @@ def _schema_issues(
     return issues
 
 
-def check_schemas(ns: PartitionedNamespace) -> list[SchemaIssue]:
+def check_schemas(ns: NamespaceState | HasState) -> list[SchemaIssue]:
     """Every registered table, at its pinned version, against the namespace schema: columns
     are matched by ``dlp:field_ids`` (else by name); a type must equal the namespace type or
     widen to it; a non-nullable namespace column the table lacks, and a column unknown to the
     namespace (never part of its schema), are issues. Tables that cannot be opened are left to
     :func:`check_read_versions`."""
+    ns = state_of(ns)
     schema = ns.schema_with_ids
     full = full_schema(ns.metadata)
 
@@ -489,7 +488,7 @@ def check_schemas(ns: PartitionedNamespace) -> list[SchemaIssue]:
 
 
 def check_read_versions(
-    ns: PartitionedNamespace, history: int | None = 50
+    ns: NamespaceState | HasState, history: int | None = 50
 ) -> tuple[list[VersionIssue], list[UncommittedVersion]]:
     """Whether every registered table can be read at its pinned state (problems:
     ``missing table``, ``read_version cleaned up`` -- its version manifest or some of its
@@ -499,8 +498,9 @@ def check_read_versions(
     made to the table directly). ``history``: the namespace's own manifest version, every
     later one and the ``history`` newest versions count as referencing (None: every version
     on storage)."""
-    store = ns._store
-    snap = ns._snapshot
+    ns = state_of(ns)
+    store = ns.store
+    snap = ns.snapshot
     versions = history_versions(manifest_versions(store), ns.version, history)
     refs = referenced_pins(store, versions, known=snap, strict=False)
     opts = ns.storage_options
@@ -647,6 +647,8 @@ def orphan_candidates(
 
     def one(name: str) -> tuple[str, TableListing] | None:
         listing = list_table(root, name, storage_options)
+        if any(p.startswith(MANIFEST_DIR + "/") for p in listing.files):
+            return None  # a namespace nested under this one (Dagster asset keys a / a.b)
         looks = TABLE_DIR.match(name) or any(
             p.startswith((VERSIONS_DIR, "data/")) for p in listing.files
         )
@@ -655,13 +657,14 @@ def orphan_candidates(
     return [found for found in parallel_map(one, names) if found is not None]
 
 
-def find_orphans(ns: PartitionedNamespace, history: int | None = None) -> list[Orphan]:
+def find_orphans(ns: NamespaceState | HasState, history: int | None = None) -> list[Orphan]:
     """Partition-table directories under the root that no table row of the latest manifest
     version, nor of the ``history`` newest versions (None: every version still on storage),
     has as its location: tables of writes that never reached their manifest commit, and
     tables deregistered longer ago than the inspected history. Only directories directly under
     the root are candidates."""
-    store = ns._store
+    ns = state_of(ns)
+    store = ns.store
     on_storage = manifest_versions(store)
     versions = history_versions(on_storage, on_storage[-1], history)
     refs = referenced_pins(store, versions, strict=False)  # escaping rows are reported elsewhere
@@ -760,12 +763,13 @@ def _integrity_issue(
 
 
 def check_integrity(
-    ns: PartitionedNamespace, sample: int | None = None, seed: int = 0
+    ns: NamespaceState | HasState, sample: int | None = None, seed: int = 0
 ) -> list[IntegrityIssue]:
     """Rows whose partition values, computed by their table's own spec version, differ from
     the values the manifest registers the table under. ``sample``: None checks every
     partition, else a deterministic (``seed``) sample of that many. Tables that cannot be
     opened are left to :func:`check_read_versions`."""
+    ns = state_of(ns)
     entries = sorted(_entries(ns), key=lambda item: item[0].object_id)
     if sample is not None and sample < len(entries):
         entries = sorted(

@@ -47,11 +47,11 @@ from .manifest import (
     partition_field_columns,
     random_name,
 )
+from .partition_constants import fill_constants, identity_constants
 from .partitioner import SpecEvaluator
 from .spec import PartitionField, PartitionSpec, resolve_fields
 
 if TYPE_CHECKING:
-    from .namespace import PartitionedNamespace
     from .planning import ScanTask
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -368,11 +368,10 @@ def import_hive(
     *,
     types: dict[str, pa.DataType] | None = None,
     storage_options: dict[str, str] | None = None,
-) -> PartitionedNamespace:
+) -> str:
     """Register the ``key=value/.../*.lance`` tables under ``uri`` as a partitioned namespace
-    there (spec v1: one identity field per key), without copying or rewriting any table."""
-    from .namespace import PartitionedNamespace
-
+    there (spec v1: one identity field per key), without copying or rewriting any table;
+    returns the namespace root."""
     root = storage.normalize_root(uri)
     store = ManifestStore(root, storage_options)
     if store.exists():
@@ -423,7 +422,7 @@ def import_hive(
     if store.exists():
         raise NamespaceExistsError(f"{root}: a __manifest table already exists here")
     store.create(table, metadata)
-    return PartitionedNamespace.open(root, storage_options)
+    return root
 
 
 def _manifest_rows(
@@ -467,51 +466,6 @@ def _manifest_rows(
 
 
 # -- reading -------------------------------------------------------------------------------------
-def identity_constants(
-    spec: PartitionSpec, schema: pa.Schema, values: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Column name -> value for each identity field of ``spec`` (``schema`` with field ids)."""
-    names = {arrow_json.field_id(f): f.name for f in schema}
-    out: dict[str, Any] = {}
-    for f in spec.fields:
-        if f.field_id not in values:
-            continue
-        identity = (f.transform is not None and f.transform.type_name == "identity") or (
-            f.transform is None and " ".join((f.expression or "").split()) == "col0"
-        )
-        name = names.get(f.source_ids[0]) if identity and len(f.source_ids) == 1 else None
-        if name is not None:
-            out[name] = values[f.field_id]
-    return out
-
-
-def fill_constants(table: pa.Table, constants: Mapping[str, Any], schema: pa.Schema) -> pa.Table:
-    """``table`` with each column of ``constants`` holding its value where the table has no
-    value: added when the table lacks the column, NULLs replaced when it has it.
-
-    Only for identity partition columns, whose every row holds the partition value: a NULL there
-    in a non-NULL partition can only be a column the table did not store."""
-    for name, value in constants.items():
-        idx = schema.get_field_index(name)
-        if idx < 0:
-            continue
-        t = schema.field(idx).type
-        if name not in table.column_names:
-            column = (
-                pa.nulls(table.num_rows, t)
-                if value is None
-                else pa.repeat(pa.scalar(value, t), table.num_rows)
-            )
-            table = table.append_column(pa.field(name, t), column)
-        elif value is not None:
-            at = table.column_names.index(name)
-            column = table.column(at)
-            if column.null_count:
-                filled = pc.fill_null(column, pa.scalar(value, t).cast(column.type))
-                table = table.set_column(at, table.schema.field(at), filled)
-    return table
-
-
 def fill_partition_columns(
     table: pa.Table, task: ScanTask, spec: PartitionSpec, schema: pa.Schema
 ) -> pa.Table:

@@ -17,7 +17,7 @@ import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -42,13 +42,11 @@ from .health import (
     version_files,
 )
 from .manifest import SEP, ManifestEdit, ManifestSnapshot
-from .namespace import _load_snapshot, snapshot_schema
+from .ns_schema import snapshot_schema
 from .planning import ScanTask, plan_scan
 from .scan import iter_task_batches, lance_filter, open_table
+from .state import HasState, NamespaceState, load_snapshot, state_of
 from .writer import WRITER_ID
-
-if TYPE_CHECKING:
-    from .namespace import PartitionedNamespace
 
 
 class PartialPartitionError(PartitionedNamespaceError):
@@ -133,8 +131,8 @@ class _NothingToCommit(Exception):
     """Raised by a manifest plan when the latest manifest leaves nothing to change."""
 
 
-def _refuse_pinned(ns: PartitionedNamespace, what: str) -> None:
-    if ns._pinned:
+def _refuse_pinned(ns: NamespaceState, what: str) -> None:
+    if ns.pinned:
         raise WriteError(
             f"{ns.uri} was opened at manifest version {ns.version}; "
             f"open it without a version to {what}"
@@ -155,7 +153,7 @@ class _Compacted:
     after: int
 
 
-def _compact_table(ns: PartitionedNamespace, task: ScanTask, target_rows: int) -> _Compacted | None:
+def _compact_table(ns: NamespaceState, task: ScanTask, target_rows: int) -> _Compacted | None:
     """Write a detached version of ``task``'s table holding its rows in fewer fragments, built
     on exactly its pinned version; None when it has nothing to gain."""
     if task.read_branch is not None:
@@ -196,7 +194,9 @@ def _compact_table(ns: PartitionedNamespace, task: ScanTask, target_rows: int) -
 
 
 def compact(
-    ns: PartitionedNamespace, filter: FilterLike = None, target_rows_per_fragment: int = 1 << 20
+    ns: NamespaceState | HasState,
+    filter: FilterLike = None,
+    target_rows_per_fragment: int = 1 << 20,
 ) -> CompactResult:
     """Rewrite the selected partition tables (``filter`` as in ``plan_scan``) with fewer, larger
     fragments and make all of them visible in one manifest commit.
@@ -206,6 +206,7 @@ def compact(
     one fragment, or whose fragments cannot get fewer at ``target_rows_per_fragment``, are left
     alone. A table whose pin a concurrent commit changed keeps that commit's version and is
     reported in ``skipped``. Commit property ``operation`` = ``compact``."""
+    ns = state_of(ns)
     _refuse_pinned(ns, "compact it")
     if target_rows_per_fragment < 1:
         raise ValueError("target_rows_per_fragment must be at least 1")
@@ -242,7 +243,7 @@ def compact(
         return edit
 
     try:
-        snap = ns._store.commit(_load_snapshot, plan_commit)
+        snap = ns.store.commit(load_snapshot, plan_commit)
         version = snap.version
     except _NothingToCommit:
         version = ns.refresh().version
@@ -267,7 +268,7 @@ class _TableCleanup:
 
 
 def _clean_table(
-    ns: PartitionedNamespace,
+    ns: NamespaceState,
     location: str,
     pins: set[Pin],
     cutoff: float,
@@ -336,7 +337,7 @@ def _only_in(
 
 
 def cleanup(
-    ns: PartitionedNamespace,
+    ns: NamespaceState | HasState,
     older_than: dt.timedelta = dt.timedelta(days=7),
     keep_manifest_versions: int = 10,
 ) -> CleanupResult:
@@ -349,10 +350,11 @@ def cleanup(
     version and carries no tag; the files only removed versions referenced go with it. Time
     travel to every retained manifest version keeps working. Files nobody ever referenced
     (failed writes) and tables no retained version references are left to :func:`vacuum`."""
+    ns = state_of(ns)
     _refuse_pinned(ns, "clean it up")
     if keep_manifest_versions < 1:
         raise ValueError("keep_manifest_versions must be at least 1 (the latest is always kept)")
-    store = ns._store
+    store = ns.store
     cutoff = time.time() - older_than.total_seconds()
     manifest = store.dataset()
     # every location any manifest version names must lie inside the root before anything is
@@ -388,7 +390,7 @@ def cleanup(
 # vacuum
 
 
-def _vacuum_table(ns: PartitionedNamespace, location: str, cutoff: float) -> _TableCleanup:
+def _vacuum_table(ns: NamespaceState, location: str, cutoff: float) -> _TableCleanup:
     """Delete files of one table that no version on storage references, older than
     ``cutoff``: data, deletion and index files of writes that never committed a version."""
     opts = ns.storage_options
@@ -417,16 +419,19 @@ def _vacuum_table(ns: PartitionedNamespace, location: str, cutoff: float) -> _Ta
     return out
 
 
-def vacuum(ns: PartitionedNamespace, grace: dt.timedelta = dt.timedelta(days=7)) -> VacuumResult:
+def vacuum(
+    ns: NamespaceState | HasState, grace: dt.timedelta = dt.timedelta(days=7)
+) -> VacuumResult:
     """Delete what no manifest version on storage can reach and that is older than ``grace``:
     orphan partition-table directories (see :func:`~.health.find_orphans`; age counted from
     their newest file, so a write in progress keeps its table), and files inside referenced
     tables that no version of the table references (fragments of writes that failed before
     committing a version). Never touches a file a table version references, nor
     ``__manifest``."""
+    ns = state_of(ns)
     _refuse_pinned(ns, "vacuum it")
     ns.refresh()
-    store = ns._store
+    store = ns.store
     limit = grace.total_seconds()
     cutoff = time.time() - limit
     refs = referenced_pins(store, manifest_versions(store))  # one read per manifest version
@@ -464,7 +469,7 @@ def _delete_empty_namespaces(snap: ManifestSnapshot, edit: ManifestEdit) -> None
             edit.deletes.add(ns_oid)
 
 
-def drop_partitions(ns: PartitionedNamespace, filter: FilterLike) -> DropResult:
+def drop_partitions(ns: NamespaceState | HasState, filter: FilterLike) -> DropResult:
     """Deregister, in one manifest commit, every partition all of whose rows match ``filter``.
 
     Candidates are the partitions a scan with ``filter`` reads (``plan_scan``); each is then
@@ -473,6 +478,7 @@ def drop_partitions(ns: PartitionedNamespace, filter: FilterLike) -> DropResult:
     matching and failing, :class:`PartialPartitionError` names those partitions and nothing is
     changed. Data files stay (``cleanup`` / ``vacuum`` remove them once no retained manifest
     version references them); partition namespaces left empty are deleted in the same commit."""
+    ns = state_of(ns)
     _refuse_pinned(ns, "drop partitions")
     sql = to_sql(filter)
     if sql is None:
@@ -531,7 +537,7 @@ def drop_partitions(ns: PartitionedNamespace, filter: FilterLike) -> DropResult:
         return edit
 
     try:
-        version = ns._store.commit(_load_snapshot, plan_commit).version
+        version = ns.store.commit(load_snapshot, plan_commit).version
     except _NothingToCommit:
         dropped.clear()
         version = ns.refresh().version

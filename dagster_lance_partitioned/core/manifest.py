@@ -35,6 +35,7 @@ from .errors import (
     storage_error,
 )
 from .manifest_ops import ManifestEdit, build_transaction, upkeep
+from .ns_schema import SCHEMA_KEY as SCHEMA_KEY  # re-exported: a manifest metadata key
 from .spec import PartitionSpec
 
 MANIFEST_DIR = "__manifest"
@@ -46,7 +47,6 @@ WRITER_FLAG_KEY = "lance.namespace.manifest.writer_feature_flags"
 WRITER_FLAG_BIT = 1 << 62
 LEGACY_WRITER_FLAG_BIT = 2
 WRITER_FLAG_VALUE = str(WRITER_FLAG_BIT)
-SCHEMA_KEY = "schema"
 TABLE_NAME = "dataset"
 SEP = "$"
 COMMIT_PROPERTY_PREFIX = "dlp."
@@ -398,6 +398,7 @@ class ManifestStore:
         self.root = root
         self.storage_options = storage_options
         self.uri = storage.join(root, MANIFEST_DIR)
+        self._properties: dict[int, dict[str, str] | None] = {}
 
     def exists(self) -> bool:
         """Whether a ``__manifest`` table exists at the root."""
@@ -411,19 +412,25 @@ class ManifestStore:
         """The ``__manifest`` Lance dataset, latest or at ``version``."""
         try:
             return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
-        except (ValueError, OSError, FileNotFoundError) as e:
-            if storage.manifest_exists(self.uri, self.storage_options):
-                if version is not None and "not found" in str(e).lower():
-                    raise ManifestError(
-                        f"{self.uri}: no manifest version {version}: {clean_message(e)}"
-                    ) from None
-                at = "latest version" if version is None else f"version {version}"
-                if version is None and (newest := self._newest_version_file()):
-                    at += f", {MANIFEST_DIR}/_versions/{newest}"
-                raise storage_error(e, self.root, f"opening __manifest ({at})") from None
+        except (ValueError, OSError, FileNotFoundError) as first:
+            error: BaseException = first
+        if not storage.manifest_exists(self.uri, self.storage_options):
             raise NamespaceNotFoundError(
                 f"{self.root}: no partitioned namespace here (no readable __manifest table)"
-            ) from None
+            )
+        if version is None:
+            try:  # created between the failed open and the check: open it now
+                return lance.dataset(self.uri, storage_options=self.storage_options)
+            except (ValueError, OSError, FileNotFoundError) as again:
+                error = again
+        if version is not None and "not found" in str(error).lower():
+            raise ManifestError(
+                f"{self.uri}: no manifest version {version}: {clean_message(error)}"
+            )
+        at = "latest version" if version is None else f"version {version}"
+        if version is None and (newest := self._newest_version_file()):
+            at += f", {MANIFEST_DIR}/_versions/{newest}"
+        raise storage_error(error, self.root, f"opening __manifest ({at})")
 
     def create(self, rows: pa.Table, metadata: dict[str, str]) -> lance.LanceDataset:
         """Create ``__manifest`` holding ``rows`` with table ``metadata``; never replaces an
@@ -463,7 +470,7 @@ class ManifestStore:
             ) from None
         if ds.version != 1:  # Lance put our create on top of a manifest that appeared
             raise exists
-        return self.update_metadata(metadata, base_version=1)
+        return self.update_metadata(metadata, base_version=1, operation=CREATE_OPERATION)
 
     def check_store(self) -> None:
         """Refuse to commit to an object store without put-if-absent (probed once per store;
@@ -529,26 +536,38 @@ class ManifestStore:
                 return ds
             time.sleep(0.02)
 
-    def update_metadata(self, values: dict[str, str], base_version: int) -> lance.LanceDataset:
-        """Set table-metadata keys in one commit based on ``base_version``."""
-        self.check_store()
-        op = LanceOperation.UpdateConfig(
-            table_metadata_updates=LanceOperation.UpdateMap(dict(values), replace=False)
-        )
-        return lance.LanceDataset.commit(
-            self.uri, op, read_version=base_version, storage_options=self.storage_options
-        )
+    def update_metadata(
+        self, values: dict[str, str], base_version: int, operation: str = "metadata"
+    ) -> lance.LanceDataset:
+        """Set table-metadata keys in one commit planned on ``base_version`` (through
+        :meth:`commit`; :class:`CommitConflictError` when the latest version is another)."""
+
+        def plan(snap: ManifestSnapshot) -> ManifestEdit:
+            if snap.version != base_version:
+                raise CommitConflictError(
+                    f"{self.uri}: manifest moved from version {base_version} to {snap.version} "
+                    "before this metadata change; retry it"
+                )
+            return ManifestEdit(
+                metadata=dict(values), properties={"operation": operation, "overwritten": "[]"}
+            )
+
+        return self.commit(lambda ds: ManifestSnapshot(ds, []), plan).dataset
 
     def commit(
         self,
         load: Callable[[lance.LanceDataset], ManifestSnapshot],
-        plan: Callable[[ManifestSnapshot], ManifestEdit],
+        plan: Callable[[ManifestSnapshot], ManifestEdit | None],
         timeout: float = COMMIT_TIMEOUT_SECONDS,
     ) -> ManifestSnapshot:
         """Apply ``plan(latest snapshot)`` as one Lance commit (row-level: only the changed rows
         are written, see :func:`~.manifest_ops.build_transaction`); on a concurrent commit,
         reload the latest manifest and plan again, backing off with jitter, until ``timeout``
-        seconds have passed (then :class:`CommitConflictError`; ``plan`` raises to give up)."""
+        seconds have passed (then :class:`CommitConflictError`; ``plan`` raises to give up, or
+        returns None when there is nothing to commit: the snapshot it saw is returned).
+
+        This is the one way ``__manifest`` changes after its creation: rows and table metadata
+        (schema, specs, writer flags) alike."""
         self.check_store()
         deadline = time.monotonic() + timeout
         delay = 0.005
@@ -557,6 +576,8 @@ class ManifestStore:
             attempts += 1
             snap = load(self.dataset())
             edit = plan(snap)
+            if edit is None:
+                return snap
             self.verify_versions(snap, edit)
             props = {COMMIT_PROPERTY_PREFIX + k: v for k, v in edit.properties.items()}
             try:
@@ -573,21 +594,27 @@ class ManifestStore:
                         "concurrent manifest commits; nothing of this commit is visible, retry it"
                     ) from None
                 time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 0.25)
+                delay = min(delay * 2, 0.1)
                 continue
             return load(upkeep(ds))
 
-    def commit_properties(self, version: int) -> dict[str, str] | None:
-        """This package's properties of the commit that made ``version`` (None: not ours)."""
-        tx = self.dataset(version).read_transaction(version)
-        if tx is None:
-            return None
-        props = tx.transaction_properties or {}
+    def commit_properties(
+        self, version: int, via: lance.LanceDataset | None = None
+    ) -> dict[str, str] | None:
+        """This package's properties of the commit that made ``version`` (None: not ours);
+        ``via`` is an open handle of any later version to read it through. Cached: a version
+        never changes."""
+        if version in self._properties:
+            return self._properties[version]
+        ds = via if via is not None and via.version >= version else self.dataset(version)
+        tx = ds.read_transaction(version)
+        props = (tx.transaction_properties or {}) if tx is not None else {}
         ours = {
             k[len(COMMIT_PROPERTY_PREFIX) :]: v
             for k, v in props.items()
             if k.startswith(COMMIT_PROPERTY_PREFIX)
         }
+        self._properties[version] = ours or None
         return ours or None
 
 
@@ -651,7 +678,7 @@ def _is_conflict(e: Exception) -> bool:
     if isinstance(e, lance.commit.CommitConflictError):
         return True
     text = str(e).lower()
-    return "conflict" in text or "preempted" in text or "already exists" in text
+    return any(w in text for w in ("conflict", "preempted", "already exists", "incompatible"))
 
 
 def overwritten_ids(properties: dict[str, str] | None) -> set[str] | None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import lance
 import lance.commit
@@ -18,9 +19,6 @@ from lance.dataset import Transaction
 from lance.fragment import write_fragments
 
 from .errors import ManifestError
-
-if TYPE_CHECKING:
-    from .manifest import ManifestSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +41,8 @@ class ManifestEdit:
     deletes: set[str] = field(default_factory=set)
     new_columns: list[pa.Field] = field(default_factory=list)
     properties: dict[str, str] = field(default_factory=dict)
+    # table-metadata keys to set (schema, specs, flags); a commit changes rows or metadata
+    metadata: dict[str, str] = field(default_factory=dict)
     # whether the edit can be applied to the changed rows alone (False: apply() needs every row)
     row_level = True
 
@@ -81,13 +81,30 @@ class ManifestEdit:
         return rows
 
 
+class ManifestRows(Protocol):
+    """What a transaction is built from: one manifest version and lookups of its rows (a
+    :class:`~.manifest.ManifestSnapshot`)."""
+
+    dataset: lance.LanceDataset
+    version: int
+
+    @property
+    def table(self) -> pa.Table: ...
+
+    def sentinel_id(self) -> str | None: ...
+
+    def forget_sentinel(self) -> None: ...
+
+    def rows_by_id(self, object_ids: Iterable[str], with_address: bool = False) -> pa.Table: ...
+
+
 def sql_string(value: str) -> str:
     """``value`` as a single-quoted SQL string literal."""
     return "'" + value.replace("'", "''") + "'"
 
 
 def build_transaction(
-    snap: ManifestSnapshot,
+    snap: ManifestRows,
     edit: ManifestEdit,
     uri: str,
     storage_options: dict[str, str] | None,
@@ -101,6 +118,15 @@ def build_transaction(
     manifest commits touch a common row and Lance makes the later one re-plan (it would
     otherwise merge two commits that each register the same new partition). New columns, edits
     that need every row, and manifests without a sentinel are written whole (``Overwrite``)."""
+    if edit.metadata:
+        if edit.upserts or edit.deletes or edit.new_columns:
+            raise ManifestError("a manifest commit changes either rows or table metadata")
+        op = LanceOperation.UpdateConfig(
+            table_metadata_updates=LanceOperation.UpdateMap(dict(edit.metadata), replace=False)
+        )
+        return Transaction(
+            read_version=snap.version, operation=op, transaction_properties=properties
+        )
     ds = snap.dataset
     sentinel = snap.sentinel_id()
     missing_columns = [f for f in edit.new_columns if f.name not in ds.schema.names]

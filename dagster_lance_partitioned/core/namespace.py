@@ -10,39 +10,36 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import lance
 import pyarrow as pa
 
 from . import arrow_json, storage
 from .errors import (
-    CommitConflictError,
     ManifestError,
     NamespaceExistsError,
     NamespaceNotFoundError,
-    NotAPartitionedNamespaceError,
     PartitionedNamespaceError,
-    SchemaError,
     WriteError,
     is_storage_failure,
     storage_error,
 )
-from .evolution import live_schema
 from .filters import FilterLike
 from .manifest import (
     SCHEMA_KEY,
     SEP,
     WRITER_FLAG_KEY,
     WRITER_FLAG_VALUE,
+    ManifestEdit,
     ManifestSnapshot,
     ManifestStore,
     base_manifest_schema,
-    being_created,
     partition_field_columns,
 )
+from .ns_schema import snapshot_schema as snapshot_schema  # re-exported
 from .partitioner import SpecEvaluator
-from .planning import ScanPlan, plan_scan
+from .planning import ScanPlan
 from .scan import scan_reader
-from .spec import PartitionField, PartitionSpec, SpecField, resolve_fields, specs_from_metadata
+from .spec import PartitionField, PartitionSpec, SpecField, resolve_fields
+from .state import NamespaceState, load_snapshot
 from .writer import PartitionWriter, WriteResult
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -51,31 +48,7 @@ if TYPE_CHECKING:
     from .maintenance import CleanupResult, CompactResult, DropResult, VacuumResult
 
 
-def snapshot_schema(snap: ManifestSnapshot, where: str) -> pa.Schema:
-    """The namespace schema of a manifest version, with field ids, without dropped columns."""
-    try:
-        return live_schema(arrow_json.schema_from_json(snap.metadata[SCHEMA_KEY]))
-    except (ValueError, json.JSONDecodeError) as e:
-        raise SchemaError(f"{where}: namespace schema is not valid JSON: {e}") from None
-
-
-def _load_snapshot(ds: Any) -> ManifestSnapshot:
-    metadata = dict(ds.metadata)
-    specs = specs_from_metadata(metadata)
-    if being_created(ds):
-        raise NotAPartitionedNamespaceError(
-            f"{ds.uri}: __manifest is being created (or its creation was interrupted): it has "
-            "no table metadata yet; retry, or remove the __manifest directory if no creator "
-            "is running"
-        )
-    if not specs:
-        raise NotAPartitionedNamespaceError(
-            f"{ds.uri}: __manifest has no partition_spec_v<N> in its metadata; this directory "
-            "catalog is not a partitioned namespace"
-        )
-    if SCHEMA_KEY not in metadata:
-        raise NotAPartitionedNamespaceError(f"{ds.uri}: __manifest metadata has no 'schema'")
-    return ManifestSnapshot(ds, specs)
+_load_snapshot = load_snapshot  # the name earlier code and tests use
 
 
 def _boundary(what: str) -> Callable[[F], F]:
@@ -114,10 +87,24 @@ class PartitionedNamespace:
         snapshot: ManifestSnapshot,
         pinned: bool,
     ) -> None:
-        self._store = ManifestStore(root, storage_options)
-        self._snapshot = snapshot
-        self._pinned = pinned
-        self._schema_cache: tuple[int, pa.Schema] | None = None
+        self._state = NamespaceState(ManifestStore(root, storage_options), snapshot, pinned)
+
+    @property
+    def state(self) -> NamespaceState:
+        """The store and manifest version this object reads (what operations work on)."""
+        return self._state
+
+    @property
+    def _store(self) -> ManifestStore:
+        return self._state.store
+
+    @property
+    def _snapshot(self) -> ManifestSnapshot:
+        return self._state.snapshot
+
+    @property
+    def _pinned(self) -> bool:
+        return self._state.pinned
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -215,9 +202,7 @@ class PartitionedNamespace:
     @property
     def schema_with_ids(self) -> pa.Schema:
         """The namespace schema with ``lance:field_id`` on every field."""
-        if self._schema_cache is None or self._schema_cache[0] != self.version:
-            self._schema_cache = (self.version, snapshot_schema(self._snapshot, self.uri))
-        return self._schema_cache[1]
+        return self._state.schema_with_ids
 
     @property
     def schema(self) -> pa.Schema:
@@ -242,8 +227,7 @@ class PartitionedNamespace:
     @_boundary("reading __manifest")
     def refresh(self) -> PartitionedNamespace:
         """Move to the latest manifest version (no-op for a namespace opened at a version)."""
-        if not self._pinned:
-            self._snapshot = _load_snapshot(self._store.open_latest())
+        self._state.refresh()
         return self
 
     @_boundary("listing partitions")
@@ -325,7 +309,7 @@ class PartitionedNamespace:
     @_boundary("planning a scan")
     def plan_scan(self, filter: FilterLike = None) -> ScanPlan:
         """The partition tables (and versions) a scan with ``filter`` reads."""
-        return plan_scan(self._snapshot, self.schema_with_ids, self.uri, filter)
+        return self._state.plan_scan(filter)
 
     def explain(self, filter: FilterLike = None) -> ScanPlan:
         """The scan plan of ``filter``; ``str()`` of it is a readable account (per spec version:
@@ -363,26 +347,28 @@ class PartitionedNamespace:
         One commit of table metadata; the new spec's manifest columns and ``v<N+1>`` namespace
         are added by the first write under it. Returns the manifest version (unchanged when
         the fields equal the current spec's)."""
-        if self._pinned:
-            raise WriteError(f"{self.uri} was opened at manifest version {self.version}")
+        self._state.require_unpinned("change its partition spec")
         if any(s.draft for s in self.specs):
             self.upgrade()  # field ids and manifest columns follow the current shape first
-        for _attempt in range(5):
-            self.refresh()
-            schema = self.schema_with_ids
-            fields = resolve_fields(partition_fields, schema, self.specs)
-            if fields == self.current_spec.fields:
-                return self.version
-            spec = PartitionSpec(self.current_spec.spec_id + 1, fields)
+
+        def plan(snap: ManifestSnapshot) -> ManifestEdit | None:
+            # resolved again on the latest version: another spec version may have landed first
+            state = NamespaceState(self._store, snap, pinned=True)
+            specs, schema = state.specs, state.schema_with_ids
+            fields = resolve_fields(partition_fields, schema, specs)
+            if fields == specs[-1].fields:
+                return None
+            spec = PartitionSpec(specs[-1].spec_id + 1, fields)
             SpecEvaluator(spec, schema)  # compiles every expression and checks result types
-            partition_field_columns([*self.specs, spec])  # a reused column keeps its type
-            try:
-                self._store.update_metadata({spec.key: spec.to_json_str()}, self.version)
-            except lance.commit.CommitConflictError:
-                continue  # another spec version landed first: resolve again on top of it
-            self.refresh()
-            return self.version
-        raise CommitConflictError(f"{self.uri}: spec changes keep conflicting; retry")
+            partition_field_columns([*specs, spec])  # a reused column keeps its type
+            return ManifestEdit(
+                metadata={spec.key: spec.to_json_str()},
+                properties={"operation": "update_spec", "overwritten": "[]"},
+            )
+
+        version = self._store.commit(load_snapshot, plan).version
+        self.refresh()
+        return version
 
     # -- schema evolution (core/evolution.py) -------------------------------------------------
     @_boundary("adding columns")
@@ -434,7 +420,8 @@ class PartitionedNamespace:
         as a partitioned namespace, without copying data."""
         from .hive import import_hive
 
-        return import_hive(uri, types=types, storage_options=storage_options)
+        root = import_hive(uri, types=types, storage_options=storage_options)
+        return cls.open(root, storage_options)
 
     # -- maintenance (core/maintenance.py) ----------------------------------------------------
     @_boundary("compacting")

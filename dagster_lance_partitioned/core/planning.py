@@ -10,8 +10,8 @@ import pyarrow as pa
 
 from . import storage
 from .filters import FilterLike, parse, to_sql
-from .hive import identity_constants
 from .manifest import SMALL_MANIFEST_ROWS, ManifestSnapshot, TableEntry
+from .partition_constants import identity_constants
 from .predicates import TRUE, NotRenderable, Pred, from_datafusion, holds
 from .predicates import to_sql as pred_sql
 from .pruning import (

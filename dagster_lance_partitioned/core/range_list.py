@@ -31,7 +31,6 @@ from typing import Any
 import pyarrow as pa
 
 from .errors import SpecError
-from .spec import PartitionField
 
 DEFAULT_LABEL = "default"
 
@@ -194,31 +193,3 @@ def list_expression(
             )
     parts.append(f"ELSE {'NULL' if default is None else _string(default)} END")
     return " ".join(parts)
-
-
-def range_field(
-    column: str,
-    bounds: Sequence[Any],
-    *,
-    field_id: str,
-    labels: Sequence[str] | None = None,
-) -> PartitionField:
-    """Partition ``column`` by ranges: exclusive upper ``bounds`` give ``len(bounds) + 1``
-    partitions labelled ``labels`` (default ``p0 ..``); the partition value is the label."""
-    return PartitionField.expression(
-        [column], range_expression(bounds, labels), result_type=pa.utf8(), field_id=field_id
-    )
-
-
-def list_field(
-    column: str,
-    groups: Mapping[str, Sequence[Any]],
-    *,
-    default: str | None = DEFAULT_LABEL,
-    field_id: str,
-) -> PartitionField:
-    """Partition ``column`` by value lists: ``groups`` maps a label to its values; values in no
-    group go to ``default`` (None: the NULL partition)."""
-    return PartitionField.expression(
-        [column], list_expression(groups, default), result_type=pa.utf8(), field_id=field_id
-    )

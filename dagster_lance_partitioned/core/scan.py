@@ -23,7 +23,7 @@ from .errors import (
     storage_error,
 )
 from .filters import FilterError, to_lance_sql
-from .hive import fill_constants
+from .partition_constants import fill_constants
 from .planning import ScanPlan, ScanTask
 
 PREFETCH_TASKS = 4  # partition tables read concurrently ahead of the consumer

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from . import arrow_json
 from .errors import SpecError
+from .range_list import list_expression, range_expression
 from .transforms import (
     Bucket,
     Day,
@@ -261,9 +262,12 @@ class PartitionField:
     ) -> PartitionField:
         """Range partitioning: exclusive upper ``bounds`` give ``len(bounds) + 1`` partitions
         (a ``CASE WHEN`` expression whose value is the label; pruned for equality and ranges)."""
-        from .range_list import range_field
-
-        return range_field(column, bounds, field_id=field_id or f"{column}_range", labels=labels)
+        return cls.expression(
+            [column],
+            range_expression(bounds, labels),
+            result_type=pa.utf8(),
+            field_id=field_id or f"{column}_range",
+        )
 
     @classmethod
     def list(
@@ -276,9 +280,12 @@ class PartitionField:
     ) -> PartitionField:
         """List partitioning: ``groups`` maps a label to its values; other values go to
         ``default`` (None: the NULL partition)."""
-        from .range_list import list_field
-
-        return list_field(column, groups, default=default, field_id=field_id or f"{column}_list")
+        return cls.expression(
+            [column],
+            list_expression(groups, default),
+            result_type=pa.utf8(),
+            field_id=field_id or f"{column}_list",
+        )
 
     def default_field_id(self) -> str:
         """The field id used when none is given, e.g. ``event_date_year``."""

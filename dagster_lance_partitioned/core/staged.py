@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
@@ -20,6 +20,7 @@ from lance.fragment import FragmentMetadata
 from .conform import check_write_schema
 from .errors import WriteError
 from .manifest import ManifestStore
+from .state import HasState, NamespaceState, load_snapshot, state_of
 from .writer import (
     TABLE_WRITE_THREADS,
     WRITE_MODES,
@@ -28,9 +29,6 @@ from .writer import (
     _data_bytes,
     _Pending,
 )
-
-if TYPE_CHECKING:
-    from .namespace import PartitionedNamespace
 
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -107,7 +105,7 @@ class StagedWrite:
     @classmethod
     def begin(
         cls,
-        ns: PartitionedNamespace,
+        ns: NamespaceState | HasState,
         mode: str = "append",
         commit_properties: dict[str, str] | None = None,
         partitions: Sequence[Mapping[str, Any]] | None = None,
@@ -116,8 +114,9 @@ class StagedWrite:
         :meth:`PartitionedNamespace.write` for ``partitions``."""
         if mode not in WRITE_MODES:
             raise WriteError(f"unknown write mode {mode!r} (use one of {', '.join(WRITE_MODES)})")
+        ns = state_of(ns)
         ns.refresh()
-        if ns._pinned:
+        if ns.pinned:
             raise WriteError(f"{ns.uri} was opened at manifest version {ns.version}")
         return cls(
             ns.uri,
@@ -130,12 +129,11 @@ class StagedWrite:
         )
 
     def _writer(self) -> _StagingWriter:
-        from .namespace import PartitionedNamespace
-
-        ns = PartitionedNamespace.open(self.root, self.storage_options, self.manifest_version)
+        store = ManifestStore(self.root, self.storage_options)
+        ns = NamespaceState(store, load_snapshot(store.dataset(self.manifest_version)), True)
         writer = _StagingWriter(
-            ManifestStore(self.root, self.storage_options),
-            ns._snapshot,
+            store,
+            ns.snapshot,
             ns.schema_with_ids,
             ns.current_spec,
             self.mode,

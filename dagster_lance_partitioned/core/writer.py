@@ -28,8 +28,6 @@ from .conform import (
     table_write_schema,
 )
 from .errors import CommitConflictError, SchemaError, UnnamedPartitionError, WriteError
-from .evolution import dropped_names, full_schema
-from .hive import fill_constants, identity_constants
 from .manifest import (
     OVERWRITE_ALL,
     SEP,
@@ -43,6 +41,8 @@ from .manifest import (
     random_name,
     table_location,
 )
+from .ns_schema import dropped_names, full_schema
+from .partition_constants import fill_constants, identity_constants
 from .partitioner import Rows, SpecEvaluator
 from .spec import PartitionSpec
 
@@ -645,7 +645,7 @@ class PartitionWriter:
         """Table ids replaced by commits after the base version (None: unknown / everything)."""
         out: set[str] = set()
         for version in range(self.base.version + 1, snap.version + 1):
-            ids = overwritten_ids(self.store.commit_properties(version))
+            ids = overwritten_ids(self.store.commit_properties(version, via=snap.dataset))
             if ids is None:
                 return None
             out |= ids

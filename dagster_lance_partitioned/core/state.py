@@ -1,0 +1,118 @@
+"""The state operations on a partitioned namespace work on: its store (root, storage options,
+manifest commits), the manifest version read, and that version's schema and specs.
+
+Maintenance, health checks, schema evolution, upgrades and staged writes take a
+:class:`NamespaceState`; the :class:`~.namespace.PartitionedNamespace` facade holds one and
+delegates to them, so the modules below it never need the facade."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from .errors import NotAPartitionedNamespaceError, WriteError
+from .filters import FilterLike
+from .manifest import ManifestSnapshot, ManifestStore, being_created
+from .ns_schema import SCHEMA_KEY, snapshot_schema
+from .planning import ScanPlan, plan_scan
+from .spec import PartitionSpec, specs_from_metadata
+
+
+def load_snapshot(ds: Any) -> ManifestSnapshot:
+    """One ``__manifest`` version of a partitioned namespace (refused when its metadata has no
+    partition spec or schema)."""
+    metadata = dict(ds.metadata)
+    specs = specs_from_metadata(metadata)
+    if being_created(ds):
+        raise NotAPartitionedNamespaceError(
+            f"{ds.uri}: __manifest is being created (or its creation was interrupted): it has "
+            "no table metadata yet; retry, or remove the __manifest directory if no creator "
+            "is running"
+        )
+    if not specs:
+        raise NotAPartitionedNamespaceError(
+            f"{ds.uri}: __manifest has no partition_spec_v<N> in its metadata; this directory "
+            "catalog is not a partitioned namespace"
+        )
+    if SCHEMA_KEY not in metadata:
+        raise NotAPartitionedNamespaceError(f"{ds.uri}: __manifest metadata has no 'schema'")
+    return ManifestSnapshot(ds, specs)
+
+
+class NamespaceState:
+    """A namespace's store and the manifest version it reads (``pinned``: opened at a version,
+    never moves)."""
+
+    def __init__(self, store: ManifestStore, snapshot: ManifestSnapshot, pinned: bool) -> None:
+        self.store = store
+        self.snapshot = snapshot
+        self.pinned = pinned
+        self._schema: tuple[int, pa.Schema] | None = None
+
+    @property
+    def uri(self) -> str:
+        """The namespace root."""
+        return self.store.root
+
+    @property
+    def storage_options(self) -> dict[str, str] | None:
+        """Storage options of every table of the namespace."""
+        return self.store.storage_options
+
+    @property
+    def version(self) -> int:
+        """The manifest version read."""
+        return self.snapshot.version
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The ``__manifest`` table metadata of that version."""
+        return dict(self.snapshot.metadata)
+
+    @property
+    def specs(self) -> list[PartitionSpec]:
+        """Every partition spec version, oldest first."""
+        return sorted(self.snapshot.specs.values(), key=lambda s: s.spec_id)
+
+    @property
+    def current_spec(self) -> PartitionSpec:
+        """The newest spec."""
+        return self.specs[-1]
+
+    @property
+    def schema_with_ids(self) -> pa.Schema:
+        """The namespace schema of that version, with field ids."""
+        if self._schema is None or self._schema[0] != self.version:
+            self._schema = (self.version, snapshot_schema(self.snapshot, self.uri))
+        return self._schema[1]
+
+    def refresh(self) -> NamespaceState:
+        """Move to the latest manifest version (no-op when pinned)."""
+        if not self.pinned:
+            self.snapshot = load_snapshot(self.store.open_latest())
+        return self
+
+    def plan_scan(self, filter: FilterLike = None) -> ScanPlan:
+        """The partition tables (and versions) a scan with ``filter`` reads."""
+        return plan_scan(self.snapshot, self.schema_with_ids, self.uri, filter)
+
+    def require_unpinned(self, what: str) -> None:
+        """Refuse to ``what`` (e.g. "vacuum it") a namespace opened at a manifest version."""
+        if self.pinned:
+            raise WriteError(
+                f"{self.uri} was opened at manifest version {self.version}; "
+                f"open it without a version to {what}"
+            )
+
+
+class HasState(Protocol):
+    """Anything holding a :class:`NamespaceState` (the ``PartitionedNamespace`` facade)."""
+
+    @property
+    def state(self) -> NamespaceState: ...
+
+
+def state_of(ns: NamespaceState | HasState) -> NamespaceState:
+    """The state of ``ns`` (a state itself, or a facade holding one)."""
+    return ns if isinstance(ns, NamespaceState) else ns.state
