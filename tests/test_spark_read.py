@@ -301,3 +301,42 @@ def test_register_twice_is_a_no_op(spark, tmp_path):
     register(spark)
     assert spark.conf.get("spark.sql.python.filterPushdown.enabled") == "true"
     assert spark.read.format(FORMAT).load(uri).count() == ns.count_rows()
+
+
+def test_reads_default_to_the_sessions_parallelism_when_the_data_allows(spark, tmp_path):
+    """400,000 rows in one partition table of four fragments: formerly one input partition
+    (about 1M rows each); now at least the session's defaultParallelism, split by fragments,
+    with options minPartitions and rowsPerPartition still deciding when given."""
+    ns = PartitionedNamespace.create(tmp_path / "big", SCHEMA, [PartitionField.identity("country")])
+    for k in range(4):
+        ns.write(sample_table(100_000, countries=("US",), start=k * 100_000))
+    parallelism = spark.sparkContext.defaultParallelism
+    assert parallelism == 2
+
+    def inputs(**options) -> int:
+        return spark.read.format(FORMAT).options(**options).load(ns.uri).rdd.getNumPartitions()
+
+    assert inputs() == parallelism
+    assert read_dataframe(spark, ns.uri).rdd.getNumPartitions() == parallelism
+    assert inputs(minPartitions="4") == 4
+    assert inputs(minPartitions="16") == 4  # the data allows four (one per fragment)
+    assert inputs(minPartitions="1") == 1  # the former default
+    assert inputs(rowsPerPartition="100000", minPartitions="1") == 4
+    df = spark.read.format(FORMAT).options(minPartitions="4").load(ns.uri)
+    assert df.count() == 400_000
+    assert df.selectExpr("spark_partition_id() AS p").distinct().count() == 4
+    # small reads are not split for it (tens of milliseconds per Python data source task)
+    small = PartitionedNamespace.create(tmp_path / "small", SCHEMA, [PartitionField.identity("id")])
+    small.write(sample_table(40))
+    assert spark.read.format(FORMAT).load(small.uri).rdd.getNumPartitions() == 1
+
+
+def test_split_target():
+    from dagster_lance_partitioned.spark.reader import split_target
+
+    mib = 1 << 20
+    assert split_target(2_000_000, mib, 1, 65536) == mib  # no minimum: the cap
+    assert split_target(2_000_000, mib, 8, 65536) == 250_000
+    assert split_target(2_000_000, mib, 2, 65536) == 1_000_000
+    assert split_target(100_000, mib, 8, 65536) == 65536  # not below the floor
+    assert split_target(100_000, 10, 8, 65536) == 10  # an explicit smaller cap stays

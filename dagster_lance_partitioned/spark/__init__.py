@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from .frames import read_dataframe, write_dataframe
 from .options import FORMAT, SparkOptionError
-from .source import LancePartitionedDataSource
+from .source import LancePartitionedDataSource, with_parallelism
 
 __all__ = [
     "FORMAT",
@@ -38,10 +38,23 @@ _MARK = f"{LancePartitionedDataSource.__module__}.{LancePartitionedDataSource.__
 
 def register(spark: SparkSession) -> None:
     """Register the ``lance_partitioned`` format with ``spark`` and switch on Python data source
-    filter pushdown (and the TIME type) for the session."""
+    filter pushdown (and the TIME type) for the session. Reads then default to at least the
+    session's current ``defaultParallelism`` input partitions (option ``minPartitions``)."""
     for key, value in _SESSION_CONF.items():
         spark.conf.set(key, value)
     if spark.conf.get(_REGISTERED, None) == _MARK:  # once per session: Spark warns on repeats
         return
-    spark.dataSource.register(LancePartitionedDataSource)
+    spark.dataSource.register(with_parallelism(default_parallelism(spark)))
     spark.conf.set(_REGISTERED, _MARK)
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """The session's ``defaultParallelism`` (with Spark Connect: ``spark.default.parallelism``
+    if set, else the partition count Spark gives a range without one)."""
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        return spark.sparkContext.defaultParallelism
+    configured = spark.conf.get("spark.default.parallelism", None)
+    if configured and configured.strip().isdigit():
+        return int(configured)
+    probe = spark.range(0, 1 << 16).selectExpr("max(spark_partition_id()) + 1 AS n")
+    return int(probe.collect()[0][0])

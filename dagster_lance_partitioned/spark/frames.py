@@ -37,9 +37,15 @@ def read_dataframe(
     """The namespace at ``uri`` as a DataFrame: only the partition tables ``filter`` may match
     are read (the filter is also applied inside each scan), only ``columns`` are read, at
     manifest ``version`` (default: the latest, pinned now). ``options``: further reader
-    options (``rowsPerPartition``, ``batchSize``, ...)."""
+    options (``rowsPerPartition``, ``minPartitions``, ``batchSize``, ...); at least the
+    session's current ``defaultParallelism`` input partitions by default, when the data
+    allows."""
     activate(spark)
-    reader = spark.read.format(opt.FORMAT).options(**dict(options or {}))
+    given = dict(options or {})
+    if not any(k.lower() == "minpartitions" for k in given) and not _is_connect(spark):
+        # the session's parallelism now (executors may have joined since registration)
+        given["minPartitions"] = str(spark.sparkContext.defaultParallelism)
+    reader = spark.read.format(opt.FORMAT).options(**given)
     sql = opt.encode_filter(filter)
     if sql is not None:
         reader = reader.option("filter", sql)
@@ -124,10 +130,15 @@ def activate(spark: SparkSession) -> None:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
 
 
+def _is_connect(obj: Any) -> bool:
+    """Whether ``obj`` (a session or DataFrame) is Spark Connect's."""
+    return type(obj).__module__.startswith("pyspark.sql.connect")
+
+
 def _functions(df: DataFrame | None) -> ModuleType:
     """The Spark functions module of ``df``'s kind (Connect or classic): a process may hold
     sessions of both, and their columns do not mix."""
-    if df is not None and type(df).__module__.startswith("pyspark.sql.connect"):
+    if df is not None and _is_connect(df):
         from pyspark.sql.connect import functions as connect_functions
 
         return connect_functions

@@ -15,6 +15,7 @@ FORMAT = "lance_partitioned"
 STORAGE_PREFIX = "storage."
 DEFAULT_BATCH_ROWS = 64 * 1024
 DEFAULT_PARTITION_ROWS = 1024 * 1024
+MIN_SPLIT_ROWS = 64 * 1024  # a read is not split below this many rows per input partition
 
 
 class SparkOptionError(PartitionedNamespaceError, ValueError):
@@ -143,6 +144,13 @@ def partition_rows(options: Mapping[str, str]) -> int:
     """Option ``rowsPerPartition``: Spark input partitions hold about this many rows (small
     partition tables share one; a larger table with several fragments is split)."""
     return _int(options, "rowsPerPartition") or DEFAULT_PARTITION_ROWS
+
+
+def min_partitions(options: Mapping[str, str]) -> int | None:
+    """Option ``minPartitions``: at least this many Spark input partitions when the data
+    allows (tables split by fragments, not below 65,536 rows each; ``rowsPerPartition``
+    still caps their size); None when not given (0 or 1: no minimum)."""
+    return _int(options, "minPartitions")
 
 
 def split_fragments(options: Mapping[str, str]) -> bool:

@@ -4,10 +4,12 @@ executors.
 Planning (``pushFilters()`` then ``partitions()``) runs in Spark's planning worker on the
 driver: the namespace is opened at the manifest version pinned when the DataFrame was created,
 ``plan_scan`` selects the partition tables with the core filter (``filter`` option AND the
-filters Spark pushed), and the selected tables are packed into input partitions of about
-``rowsPerPartition`` rows (small tables share one, a large table is split into groups of its
-fragments). An input partition carries only small data: per table the scan task (uri,
-location, pinned version, partition values) and fragment ids. ``read()`` opens each table at
+filters Spark pushed), and the selected tables are packed into input partitions of at most
+``rowsPerPartition`` rows, and at least ``minPartitions`` of them when the data allows (small
+tables share one, a large table is split into groups of its fragments; no input partition is
+made smaller than 65,536 rows for the sake of ``minPartitions``). An input partition carries
+only small data: per table the scan task (uri, location, pinned version, partition values)
+and fragment ids. ``read()`` opens each table at
 that version and yields Arrow batches in exactly the layout Spark expects.
 
 Spark pickles the reader for the executors before it calls ``partitions()``: everything
@@ -27,6 +29,7 @@ from ..core.arrow_json import strip_field_ids
 from ..core.namespace import PartitionedNamespace
 from ..core.planning import ScanPlan, ScanTask
 from ..core.scan import iter_task_batches, lance_filter, open_table
+from . import options as opt
 from .filters import translate
 from .types import arrow_schema, conform_batch
 
@@ -47,6 +50,7 @@ class ReadOptions:
     partition_rows: int
     split_fragments: bool
     push_filters: bool = True
+    min_partitions: int = 1
 
 
 Piece = tuple[ScanTask, tuple[int, ...] | None]
@@ -108,40 +112,30 @@ class LancePartitionedReader(DataSourceReader):
         return ns.plan_scan(self.filter_sql)
 
     def partitions(self) -> list[InputPartition]:
-        """The selected partition tables packed into input partitions of about
-        ``rowsPerPartition`` rows: small tables share one (Spark's per-task cost of a Python
-        data source is tens of milliseconds), a large table with several fragments is split
-        into groups of fragments."""
+        """The selected partition tables packed into input partitions (see the module doc):
+        small tables share one (Spark's per-task cost of a Python data source is tens of
+        milliseconds), a large table with several fragments is split into groups of
+        fragments."""
         plan = self.plan()
         if not plan.tasks:
             return []
-        splittable = self.opts.split_fragments
         workers = max(1, min(PLAN_THREADS, len(plan.tasks)))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            units = list(pool.map(lambda t: self._units(t, splittable), plan.tasks))
-        return [LancePartition(pieces) for pieces in pack(units, self.opts.partition_rows)]
+            listed = list(pool.map(self._fragments, plan.tasks))
+        total = sum(rows for fragments in listed for _, rows in fragments)
+        target = split_target(
+            total, self.opts.partition_rows, self.opts.min_partitions, opt.MIN_SPLIT_ROWS
+        )
+        units = [
+            split(task, fragments, target, self.opts.split_fragments)
+            for task, fragments in zip(plan.tasks, listed, strict=True)
+        ]
+        return [LancePartition(pieces) for pieces in pack(units, target)]
 
-    def _units(self, task: ScanTask, splittable: bool) -> list[tuple[Piece, int]]:
-        """A task as pieces with their (physical) row counts: the whole table, or groups of
-        its fragments of about ``rowsPerPartition`` rows."""
+    def _fragments(self, task: ScanTask) -> list[tuple[int, int]]:
+        """(fragment id, physical rows) of a task's table at its pinned version."""
         ds = open_table(task, self.opts.storage_options)
-        fragments = [(f.fragment_id, f.metadata.num_rows) for f in ds.get_fragments()]
-        total = sum(rows for _, rows in fragments)
-        target = self.opts.partition_rows
-        if not splittable or total <= target or len(fragments) <= 1:
-            return [((task, None), total)]
-        units: list[tuple[Piece, int]] = []
-        current: list[int] = []
-        rows = 0
-        for fid, n in fragments:
-            current.append(fid)
-            rows += n
-            if rows >= target:
-                units.append(((task, tuple(current)), rows))
-                current, rows = [], 0
-        if current:
-            units.append(((task, tuple(current)), rows))
-        return units
+        return [(f.fragment_id, f.metadata.num_rows) for f in ds.get_fragments()]
 
     # -- reading (executors) ------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -172,6 +166,37 @@ class LancePartitionedReader(DataSourceReader):
             lance_filter(filter_sql, strip_field_ids(opts.schema_with_ids)),
             fragment_ids=fragment_ids,
         )
+
+
+def split_target(total: int, max_rows: int, min_partitions: int, floor_rows: int) -> int:
+    """Rows per input partition: at most ``max_rows``, and small enough for
+    ``min_partitions`` input partitions over ``total`` rows, but not below ``floor_rows``
+    for that (an explicit ``max_rows`` below it is kept)."""
+    if min_partitions <= 1 or total <= 0:
+        return max_rows
+    return min(max_rows, max(floor_rows, -(-total // min_partitions)))
+
+
+def split(
+    task: ScanTask, fragments: Sequence[tuple[int, int]], target: int, splittable: bool
+) -> list[tuple[Piece, int]]:
+    """A task as pieces with their (physical) row counts: the whole table, or groups of
+    consecutive fragments of at most ``target`` rows (a larger fragment alone)."""
+    total = sum(rows for _, rows in fragments)
+    if not splittable or total <= target or len(fragments) <= 1:
+        return [((task, None), total)]
+    units: list[tuple[Piece, int]] = []
+    current: list[int] = []
+    rows = 0
+    for fid, n in fragments:
+        if current and rows + n > target:
+            units.append(((task, tuple(current)), rows))
+            current, rows = [], 0
+        current.append(fid)
+        rows += n
+    if current:
+        units.append(((task, tuple(current)), rows))
+    return units
 
 
 def pack(units: Sequence[Sequence[tuple[Piece, int]]], target_rows: int) -> list[list[Piece]]:

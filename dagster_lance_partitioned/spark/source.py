@@ -8,8 +8,12 @@ Read options: ``version`` (time travel), ``storageOptions`` (JSON) or ``storage.
 ``filter`` (SQL or JSON ``[[column, op, value], ...]``), ``columns`` (read only these;
 Spark 4.3's Python data sources get no column pruning from ``select``, so this option, or a
 user-specified schema naming a subset of the columns, is how a read is narrowed),
-``batchSize``, ``rowsPerPartition`` (default 1,048,576: small partition tables share a Spark
-input partition, large ones are split by fragments), ``splitFragments``, ``pushFilters``.
+``batchSize``, ``rowsPerPartition`` (at most this many rows per Spark input partition, default
+1,048,576: small partition tables share one, large ones are split by fragments),
+``minPartitions`` (at least this many input partitions when the data allows, splitting by
+fragments down to 65,536 rows each; default: the session's ``defaultParallelism`` when the
+format was registered, and ``read_dataframe`` passes the current one), ``splitFragments``,
+``pushFilters``.
 
 Spark 4.3 caveat (fixed upstream for 5.0 by SPARK-58551): Spark keeps the pushdown result of
 the last query *with* pushable filters on the data source object of a loaded DataFrame, and a
@@ -47,6 +51,8 @@ class LancePartitionedDataSource(DataSource):
 
     # the manifest version and namespace schema pinned by ``schema()`` (set on the instance)
     _pinned: tuple[int, pa.Schema] | None = None
+    # default of option ``minPartitions`` (``register`` sets the session's parallelism)
+    default_min_partitions: int = 1
 
     @classmethod
     def name(cls) -> str:
@@ -102,6 +108,7 @@ class LancePartitionedDataSource(DataSource):
             base_filter=opt.filter_sql(self.options),
             batch_rows=opt.batch_rows(self.options),
             partition_rows=opt.partition_rows(self.options),
+            min_partitions=_or(opt.min_partitions(self.options), self.default_min_partitions),
             split_fragments=opt.split_fragments(self.options),
             push_filters=opt.push_filters(self.options),
         )
@@ -112,3 +119,20 @@ class LancePartitionedDataSource(DataSource):
         from .writer import make_writer
 
         return make_writer(self.options, schema, overwrite)
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def with_parallelism(parallelism: int) -> type[LancePartitionedDataSource]:
+    """The data source class whose reads default to at least ``parallelism`` input
+    partitions (what ``register`` registers)."""
+    return type(
+        "LancePartitionedDataSource",
+        (LancePartitionedDataSource,),
+        {
+            "default_min_partitions": max(1, int(parallelism)),
+            "__doc__": LancePartitionedDataSource.__doc__,
+        },
+    )
