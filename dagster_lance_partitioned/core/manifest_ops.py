@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 # Upkeep thresholds (see docs/benchmarks.md, commit scale): compact when this many fragments
 # have accumulated; index the manifest from this many rows; fold new fragments into the
 # indexes once this many are unindexed.
-COMPACT_MIN_FRAGMENTS = 24
+COMPACT_MIN_FRAGMENTS = 8
 INDEX_MIN_ROWS = 5_000
 INDEX_MAX_UNINDEXED_FRAGMENTS = 16
 

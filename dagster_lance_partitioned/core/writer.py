@@ -705,7 +705,7 @@ class PartitionWriter:
         values: dict[str, Any],
         edit: ManifestEdit,
     ) -> PartitionWrite:
-        edit.upserts[target.object_id] = {"read_version": version}
+        edit.upserts[target.object_id] = {"read_version": version, "location": target.location}
         return PartitionWrite(
             target.object_id,
             target.location,
