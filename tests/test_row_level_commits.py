@@ -58,9 +58,15 @@ def test_many_small_commits_keep_the_manifest_compact(tmp_path: Path, monkeypatc
     ns = _many(tmp_path, 50)
     expected = sorted_rows(ns.to_table(), "key")
     for i in range(20):
-        ns.write(pa.table({"key": [i % 50], "value": [3.0]}, schema=ns.schema))
+        result = ns.write(pa.table({"key": [i % 50], "value": [3.0]}, schema=ns.schema))
         expected.append({"key": i % 50, "value": 3.0})
-        assert len(_manifest(ns).get_fragments()) <= 6
+        manifest = _manifest(ns)
+        assert len(manifest.get_fragments()) <= 6
+        # the result names the write's own commit, not a compaction that followed it
+        tx = manifest.read_transaction(result.manifest_version)
+        assert tx.transaction_properties.get("dlp.operation") == "write"
+    ops = [manifest.read_transaction(v) for v in range(3, manifest.version + 1)]
+    assert any("dlp.operation" not in (tx.transaction_properties or {}) for tx in ops)
     got = ns.to_table().to_pylist()
     key = lambda r: (r["key"], r["value"])  # noqa: E731
     assert sorted(got, key=key) == sorted(expected, key=key)

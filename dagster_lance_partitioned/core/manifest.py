@@ -596,7 +596,9 @@ class ManifestStore:
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.1)
                 continue
-            return load(upkeep(ds))
+            committed = load(ds)
+            upkeep(ds)
+            return committed
 
     def commit_properties(
         self, version: int, via: lance.LanceDataset | None = None
