@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from s3_server import s3_server, storage_options
 from spark_fixtures import StandaloneCluster, connect_session, start_connect_server
 
 from dagster_lance_partitioned import PartitionedNamespace
@@ -137,6 +138,27 @@ def test_cluster_many_tasks_times_partitions_fit_a_small_driver_result(cluster, 
     while "not clustered by partition" not in server_log.read_text(errors="replace"):
         assert time.monotonic() < deadline, "no scattered-write warning in the driver log"
         time.sleep(0.5)
+
+
+def test_cluster_executors_write_read_and_overwrite_on_s3(cluster):
+    """The executors on the workers write to and read from the S3-compatible server."""
+    _, spark, _ = cluster
+    with s3_server() as server:
+        so = storage_options(server.endpoint)
+        uri = f"s3://{server.create_bucket()}/events"
+        result = write_dataframe(
+            events(spark, 24_000), uri, partition_by="part", storage_options=so
+        )
+        assert result is not None and result.rows_written == 24_000
+        assert read_dataframe(spark, uri, filter="part = '7'", storage_options=so).count() == 3000
+        fresh = spark.range(0, 10, 1, 2).selectExpr(
+            "id", "'7' AS part", "DATE '2025-01-01' AS day", "0.0 AS value"
+        )
+        result = write_dataframe(fresh, uri, "overwrite_partitions", storage_options=so)
+        assert result is not None and [p.values for p in result.partitions] == [{"part": "7"}]
+        ns = PartitionedNamespace.open(uri, so)
+        assert ns.count_rows() == 24_000 - 3000 + 10 and len(ns.partitions()) == 8
+        assert any(k.endswith(".lance") for k in server.keys(uri.split("/")[2]))
 
 
 def test_cluster_worker_killed_mid_write_lands_exactly_once(cluster, tmp_path):

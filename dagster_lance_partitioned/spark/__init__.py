@@ -56,5 +56,6 @@ def default_parallelism(spark: SparkSession) -> int:
     configured = spark.conf.get("spark.default.parallelism", None)
     if configured and configured.strip().isdigit():
         return int(configured)
-    probe = spark.range(0, 1 << 16).selectExpr("max(spark_partition_id()) + 1 AS n")
+    ids = spark.range(0, 1 << 16).selectExpr("spark_partition_id() AS p")
+    probe = ids.selectExpr("max(p) + 1 AS n")
     return int(probe.collect()[0][0])
