@@ -5,7 +5,8 @@ option ``partitionBy``), check the DataFrame schema against the namespace schema
 data is written, and begin a :class:`~dagster_lance_partitioned.core.staged.StagedWrite`
 against the latest manifest version. On the executors (``write()``): each task splits its rows
 by partition and writes Lance fragments straight into the partition tables, returning the
-fragment metadata as its commit message. On the driver again (``commit()``): every partition
+fragment metadata as its commit message (packed to about 30 bytes per partition it wrote into,
+see ``messages``). On the driver again (``commit()``): every partition
 table is committed once, then one ``__manifest`` commit makes all of it visible. A failed job
 (``abort()``) commits nothing: readers stay on the previous state, the fragments written are
 orphans a vacuum removes.
@@ -19,7 +20,12 @@ source has no ``SessionConfigSupport``), but every task of the write job gets th
 SQL confs as job local properties, read when the job runs. So without the option, each task
 reports the session's mode in its commit message and ``commit()`` applies it: a conf changed
 after ``register()`` counts, also in Spark Connect sessions. Static and dynamic overwrites
-stage the same fragments; they differ only in what the ``__manifest`` commit deregisters."""
+stage the same fragments; they differ only in what the ``__manifest`` commit deregisters.
+
+Spark gives a Python data source no way to ask for its input clustered, so a plain ``df.write``
+makes one fragment per task in every partition table the task has rows of. The driver warns
+(``ScatteredWriteWarning``, once per namespace and driver process) when the tasks wrote at
+least twice as many fragments as partitions, small ones; ``write_dataframe`` clusters first."""
 
 from __future__ import annotations
 
