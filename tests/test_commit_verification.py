@@ -79,3 +79,24 @@ def test_named_empty_partitions_still_commit(tmp_path: Path) -> None:
     result = ns.write(sample_table(0), "overwrite_partitions", partitions=[{"country": "US"}])
     assert result.committed is True
     assert ns.count_rows("country = 'US'") == 0
+
+
+def test_a_vacuum_that_removes_a_writes_uncommitted_data_files_fails_it(tmp_path: Path) -> None:
+    """Data files of a write (here of a staged, Spark-like write whose table versions are
+    committed by the driver) removed by a vacuum with no grace before the manifest commit: the
+    write fails cleanly instead of registering versions whose files are gone."""
+    import os
+
+    ns = _ns(tmp_path)
+    before_rows = sorted_rows(ns.to_table())
+
+    def meanwhile(pending) -> None:
+        for p in pending:  # what an over-eager vacuum does to uncommitted files
+            for rel in p.data_files:
+                os.remove(os.path.join(ns.uri, p.location, rel))
+
+    ns._before_commit = meanwhile
+    with pytest.raises(VersionGoneError, match="data file"):
+        ns.write(sample_table(4, countries=("US", "FR"), start=100), mode="append")
+    fresh = PartitionedNamespace.open(ns.uri)
+    assert sorted_rows(fresh.to_table()) == before_rows

@@ -663,6 +663,23 @@ def missing_versions(
     return gone
 
 
+def missing_files(
+    root: str,
+    tables: list[tuple[str, str, list[str]]],
+    storage_options: dict[str, str] | None = None,
+) -> list[tuple[str, str]]:
+    """(object id, path) of the files that are gone, of ``tables`` given as (object id,
+    location, paths relative to the table directory)."""
+    wanted = [
+        (oid, f"{storage.check_location(loc, oid)}/{p}") for oid, loc, ps in tables for p in ps
+    ]
+    if not wanted:
+        return []
+    fs, root_path = storage.filesystem(root, storage_options)
+    infos = fs.get_file_info([f"{root_path}/{path}" for _, path in wanted])
+    return [w for w, info in zip(wanted, infos, strict=True) if info.type != pafs.FileType.File]
+
+
 def being_created(ds: lance.LanceDataset) -> bool:
     """Whether ``ds`` is a ``__manifest`` this package is creating: only its first version,
     made by our create commit, and no table metadata yet."""

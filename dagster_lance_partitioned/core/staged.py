@@ -27,6 +27,7 @@ from .writer import (
     PartitionWriter,
     WriteResult,
     _data_bytes,
+    _data_files,
     _Pending,
 )
 
@@ -213,6 +214,7 @@ class StagedWrite:
                 pending.version = writer._create_table(pending)
                 return
             pending.bytes_written = _data_bytes(pending.fragments)
+            pending.data_files = _data_files(pending.fragments)
             pending.version = writer._commit_table(
                 pending, pending.existing, replace=writer._replaces(pending)
             )

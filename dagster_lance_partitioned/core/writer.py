@@ -27,7 +27,13 @@ from .conform import (
     same_layout,
     table_write_schema,
 )
-from .errors import CommitConflictError, SchemaError, UnnamedPartitionError, WriteError
+from .errors import (
+    CommitConflictError,
+    SchemaError,
+    UnnamedPartitionError,
+    VersionGoneError,
+    WriteError,
+)
 from .manifest import (
     OVERWRITE_ALL,
     SEP,
@@ -36,6 +42,7 @@ from .manifest import (
     ManifestSnapshot,
     ManifestStore,
     TableEntry,
+    missing_files,
     overwritten_ids,
     partition_field_columns,
     random_name,
@@ -119,6 +126,7 @@ class _Pending:
     layout: pa.Schema | None = None
     storage_version: str | None = None
     bytes_written: int = 0
+    data_files: list[str] = field(default_factory=list)  # written by this write, table-relative
 
     @property
     def object_id(self) -> str:
@@ -521,7 +529,9 @@ class PartitionWriter:
         self._buffered -= pending.buffered_bytes
         pending.batches.clear()
         pending.buffered_bytes = 0
-        pending.bytes_written = _data_bytes(frag.metadata for frag in ds.get_fragments())
+        fragments = [frag.metadata for frag in ds.get_fragments()]
+        pending.bytes_written = _data_bytes(fragments)
+        pending.data_files = _data_files(fragments)
         return ds.version
 
     def _detached_base(self, uri: str, base: int) -> int:
@@ -552,6 +562,7 @@ class PartitionWriter:
                 return
             self._flush(pending)
             pending.bytes_written = _data_bytes(pending.fragments)
+            pending.data_files = _data_files(pending.fragments)
             pending.version = self._commit_table(
                 pending, pending.existing, replace=self._replaces(pending)
             )
@@ -624,6 +635,7 @@ class PartitionWriter:
                 return self.base
             return ManifestSnapshot(ds, list(self.base.specs.values()))
 
+        self._check_data_files()
         snap = self.store.commit(load, plan)
         if self.spec.draft and snap.metadata.get(self.spec.key) != self.base.metadata.get(
             self.spec.key
@@ -640,6 +652,22 @@ class PartitionWriter:
             partitions=tuple(results),
             removed=tuple(removed),
         )
+
+    def _check_data_files(self) -> None:
+        """Raise :class:`VersionGoneError` when a data file this write made is gone (a vacuum
+        with a grace period shorter than the write removed it as uncommitted)."""
+        gone = missing_files(
+            self.store.root,
+            [(p.object_id, p.location, p.data_files) for p in self._pending.values()],
+            self.store.storage_options,
+        )
+        if gone:
+            listed = ", ".join(f"{oid} ({path})" for oid, path in gone[:5])
+            raise VersionGoneError(
+                f"{self.store.root}: {len(gone)} data file(s) this write made are gone before "
+                f"its manifest commit: {listed}. A vacuum with a grace period shorter than the "
+                "write removed them; nothing of the write is visible, retry it"
+            )
 
     def _overwritten_since(self, snap: ManifestSnapshot) -> set[str] | None:
         """Table ids replaced by commits after the base version (None: unknown / everything)."""
@@ -885,6 +913,11 @@ def covering_keys(
         else:
             return None
     return list(zip(*columns, strict=True)) if rows else []
+
+
+def _data_files(fragments: Iterable[FragmentMetadata]) -> list[str]:
+    """The data files of ``fragments``, relative to their table's directory."""
+    return [f"data/{f.path}" for frag in fragments for f in frag.files]
 
 
 def _data_bytes(fragments: Iterable[FragmentMetadata]) -> int:
