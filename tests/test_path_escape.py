@@ -138,3 +138,22 @@ def test_location_rules() -> None:
     assert all(storage.location_problem(x) for x in bad)
     with pytest.raises(PathEscapeError):
         storage.join("/root", "../x")
+
+
+def test_uris_with_a_query_keep_it_on_every_table() -> None:
+    """Lance's DynamoDB commit store is configured in the root's query string; every table
+    URI below the root keeps it, and listings go to the plain S3 paths."""
+    root = storage.normalize_root("s3+ddb://bucket/lake/ns/?ddbTableName=commits")
+    assert root == "s3+ddb://bucket/lake/ns?ddbTableName=commits"
+    assert (
+        storage.join(root, "__manifest")
+        == "s3+ddb://bucket/lake/ns/__manifest?ddbTableName=commits"
+    )
+    assert storage.table_uri(root, "abcd1234_v1$x$dataset", "v1$x$dataset") == (
+        "s3+ddb://bucket/lake/ns/abcd1234_v1$x$dataset?ddbTableName=commits"
+    )
+    fs, path = storage.filesystem(
+        storage.join(root, "__manifest"),
+        {"aws_endpoint": "http://127.0.0.1:1", "aws_region": "us-east-1"},
+    )
+    assert fs.type_name == "s3" and path == "bucket/lake/ns/__manifest"

@@ -23,7 +23,8 @@ def normalize_root(root: str | os.PathLike[str]) -> str:
     """The root as a string: absolute for local paths, unchanged for URIs."""
     root = os.fspath(root)
     if is_uri(root):
-        return root.rstrip("/")
+        path, sep, query = root.partition("?")
+        return path.rstrip("/") + sep + query
     return os.path.abspath(root)
 
 
@@ -31,7 +32,9 @@ def join(root: str, relative: str) -> str:
     """``relative`` (a path inside the root, see :func:`check_location`) under ``root``."""
     check_location(relative)
     if is_uri(root):
-        return f"{root.rstrip('/')}/{relative}"
+        # a query (e.g. s3+ddb://bucket/root?ddbTableName=t) applies to every table below
+        path, sep, query = root.partition("?")
+        return f"{path.rstrip('/')}/{relative}{sep}{query}"
     return os.path.join(root, relative)
 
 
@@ -147,6 +150,9 @@ def filesystem(
     if local is not None:
         return pafs.LocalFileSystem(), local
     parsed = urlparse(uri)
+    if parsed.scheme == "s3+ddb":  # Lance's DynamoDB commit store: the files are plain S3
+        parsed = parsed._replace(scheme="s3", query="")
+        uri = parsed.geturl()
     if parsed.scheme in ("s3", "s3a") and storage_options:
         kwargs: dict[str, Any] = {}
         for key, value in storage_options.items():
