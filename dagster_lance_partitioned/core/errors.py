@@ -168,3 +168,30 @@ def storage_error(
     owner = f" ({object_id})" if object_id else ""
     at = f"; file {path}" if path else ""
     return cls(f"{namespace}: {what}{owner} failed{at}: {text}", namespace, object_id, path)
+
+
+class RowChangeError(WriteError):
+    """A row-level change (merge, delete, update) was refused before anything became
+    visible; ``column`` names the column at fault when there is one."""
+
+    def __init__(self, message: str, column: str | None = None) -> None:
+        super().__init__(message)
+        self.column = column
+
+
+class MergeKeyError(RowChangeError):
+    """A merge key is unusable: not a namespace column, or NULL in an input row."""
+
+
+class DuplicateKeyError(RowChangeError):
+    """A merge key occurs more than once in the merge input; ``key`` is one such key
+    (column -> value)."""
+
+    def __init__(self, message: str, key: dict) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class UpdateExpressionError(RowChangeError):
+    """An update's ``set`` names an unknown column, or an expression does not evaluate to a
+    value its column can hold."""

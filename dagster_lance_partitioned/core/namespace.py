@@ -46,6 +46,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 if TYPE_CHECKING:
     from .maintenance import CleanupResult, CompactResult, DropResult, VacuumResult
+    from .row_changes import RowChangeResult
 
 
 _load_snapshot = load_snapshot  # the name earlier code and tests use
@@ -465,6 +466,59 @@ class PartitionedNamespace:
     def _after(self, version: int) -> int:
         self.refresh()
         return version
+
+    # -- row-level changes (core/row_changes.py) ----------------------------------------------
+    @_boundary("merging")
+    def merge_insert(
+        self,
+        data: Any,
+        on: str | Sequence[str],
+        *,
+        when_matched: str = "update",
+        when_not_matched: str = "insert",
+        when_not_matched_by_source: str = "keep",
+        scope: FilterLike = None,
+        commit_properties: dict[str, str] | None = None,
+    ) -> RowChangeResult:
+        """Upsert ``data`` on the key columns ``on`` across partitions in one manifest commit
+        (see :func:`~.row_changes.merge_rows`)."""
+        from .row_changes import merge_rows
+
+        return merge_rows(
+            self,
+            data,
+            on,
+            when_matched=when_matched,
+            when_not_matched=when_not_matched,
+            when_not_matched_by_source=when_not_matched_by_source,
+            scope=scope,
+            commit_properties=commit_properties,
+        )
+
+    @_boundary("deleting rows")
+    def delete(
+        self, filter: FilterLike, *, commit_properties: dict[str, str] | None = None
+    ) -> RowChangeResult:
+        """Delete the rows matching ``filter`` in one manifest commit (partitions left empty
+        are deregistered; see :func:`~.row_changes.delete_rows`)."""
+        from .row_changes import delete_rows
+
+        return delete_rows(self, filter, commit_properties=commit_properties)
+
+    @_boundary("updating rows")
+    def update(
+        self,
+        filter: FilterLike,
+        set: Mapping[str, str],
+        *,
+        commit_properties: dict[str, str] | None = None,
+    ) -> RowChangeResult:
+        """Set columns (``set``: column -> SQL expression) of the rows matching ``filter`` in
+        one manifest commit; rows whose partition changes move (see
+        :func:`~.row_changes.update_rows`)."""
+        from .row_changes import update_rows
+
+        return update_rows(self, filter, set, commit_properties=commit_properties)
 
     def __repr__(self) -> str:
         return (
