@@ -336,7 +336,7 @@ class StandaloneCluster:
         while time.monotonic() < deadline:
             try:
                 state = self.state()
-            except OSError:
+            except (OSError, ValueError):  # not up yet
                 state = {}
             if state and ready(state):
                 return state
