@@ -100,3 +100,31 @@ def test_endless_contention_gives_up_after_the_timeout(tmp_path: Path) -> None:
     assert len(set(attempts)) == len(attempts)
     # every concurrent write landed, nothing of the given-up commit did
     assert PartitionedNamespace.open(ns.uri).count_rows() == 3 + 3 * len(attempts)
+
+
+def test_local_writers_take_turns_at_the_manifest_commit(tmp_path: Path) -> None:
+    """On local disk the commit turn is an advisory lock: while one holder has it, another
+    commit waits (and a commit nested in a commit on the same thread does not deadlock)."""
+    import threading
+    import time
+
+    ns = PartitionedNamespace.create(tmp_path / "ns", SCHEMA, [PartitionField.identity("country")])
+    store = ManifestStore(ns.uri)
+    other = PartitionedNamespace.open(ns.uri)
+    landed: list[float] = []
+
+    def write() -> None:
+        other.write(sample_table(3))
+        landed.append(time.monotonic())
+
+    with store._turn():
+        with store._turn():  # nested on this thread: no deadlock
+            pass
+        thread = threading.Thread(target=write)
+        thread.start()
+        time.sleep(0.5)
+        held_until = time.monotonic()
+        assert not landed  # the other writer waits for its turn
+    thread.join(timeout=30)
+    assert landed and landed[0] >= held_until
+    assert PartitionedNamespace.open(ns.uri).count_rows() == 3

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import secrets
 import string
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # not on POSIX: writers race optimistically
+    fcntl = None  # type: ignore[assignment]
 
 import lance
 import lance.commit
@@ -54,6 +61,7 @@ COMMIT_PROPERTY_PREFIX = "dlp."
 COMMIT_TIMEOUT_SECONDS = 120.0
 OVERWRITE_ALL = "*"
 CREATE_OPERATION = "create"
+COMMIT_LOCK = "_dlp_commit.lock"  # advisory turn-taking of local writers, see ManifestStore._turn
 # Manifests of at most this many rows are read whole for lookups (cheaper than a query).
 SMALL_MANIFEST_ROWS = 2_000
 CREATE_WAIT_SECONDS = 10.0  # how long an open waits for a concurrent creation to complete
@@ -366,6 +374,7 @@ class ManifestSnapshot:
         return self.row_count() <= SMALL_MANIFEST_ROWS
 
 
+_HELD = threading.local()  # manifest paths whose commit turn this thread holds
 _SENTINELS: dict[str, str] = {}  # manifest uri -> its sentinel row's object id
 
 
@@ -472,6 +481,30 @@ class ManifestStore:
             raise exists
         return self.update_metadata(metadata, base_version=1, operation=CREATE_OPERATION)
 
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """On a local filesystem, writers on this machine take turns at the manifest commit
+        (an advisory ``flock`` on ``__manifest/_dlp_commit.lock``), so concurrent writers do
+        not waste attempts on each other; correctness never depends on it (Lance detects
+        concurrent commits everywhere), and object stores race optimistically."""
+        path = storage.local_path(self.uri)
+        held = _HELD.__dict__.setdefault("paths", set())
+        if path is None or fcntl is None or path in held:  # (a commit nested in a commit)
+            yield
+            return
+        try:
+            fd = os.open(os.path.join(path, COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            yield  # read-only or gone: no turn-taking
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held.add(path)
+            yield
+        finally:
+            held.discard(path)
+            os.close(fd)  # releases the lock
+
     def check_store(self) -> None:
         """Refuse to commit to an object store without put-if-absent (probed once per store;
         see :mod:`.conditional_put`)."""
@@ -574,17 +607,18 @@ class ManifestStore:
         attempts = 0
         while True:
             attempts += 1
-            snap = load(self.dataset())
-            edit = plan(snap)
-            if edit is None:
-                return snap
-            self.verify_versions(snap, edit)
-            props = {COMMIT_PROPERTY_PREFIX + k: v for k, v in edit.properties.items()}
             try:
-                tx = build_transaction(snap, edit, self.uri, self.storage_options, props)
-                ds = lance.LanceDataset.commit(
-                    self.uri, tx, storage_options=self.storage_options, max_retries=0
-                )
+                with self._turn():
+                    snap = load(self.dataset())
+                    edit = plan(snap)
+                    if edit is None:
+                        return snap
+                    self.verify_versions(snap, edit)
+                    props = {COMMIT_PROPERTY_PREFIX + k: v for k, v in edit.properties.items()}
+                    tx = build_transaction(snap, edit, self.uri, self.storage_options, props)
+                    ds = lance.LanceDataset.commit(
+                        self.uri, tx, storage_options=self.storage_options, max_retries=0
+                    )
             except (lance.commit.CommitConflictError, OSError) as e:
                 if not _is_conflict(e):
                     raise
