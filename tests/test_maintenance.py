@@ -451,3 +451,18 @@ def test_vacuum_never_takes_a_nested_namespace_for_an_orphan(tmp_path):
     result = outer.vacuum(grace=dt.timedelta(0))
     assert result.orphans_removed == ()
     assert PartitionedNamespace.open(tmp_path / "a" / "deadbeef_x").count_rows() == 4
+
+
+def test_vacuum_removes_an_orphan_directory_without_files(tmp_path):
+    """A writer killed while creating a partition table can leave an empty table directory;
+    its age is the directory's, so vacuum removes it once the grace period has passed."""
+    ns = PartitionedNamespace.create(tmp_path / "ns", SCHEMA, [PartitionField.identity("country")])
+    ns.write(sample_table(3))
+    empty = os.path.join(ns.uri, "0123abcd_v1$zzzzzzzzzzzzzzzz$dataset", "data")
+    os.makedirs(empty)
+    kept = ns.vacuum(grace=dt.timedelta(hours=1))
+    assert "0123abcd_v1$zzzzzzzzzzzzzzzz$dataset" in kept.orphans_kept
+    result = ns.vacuum(grace=dt.timedelta(0))
+    assert result.orphans_removed == ("0123abcd_v1$zzzzzzzzzzzzzzzz$dataset",)
+    assert not os.path.exists(os.path.dirname(empty))
+    assert ns.count_rows() == 3

@@ -679,6 +679,8 @@ def orphans_among(
     out = []
     for name, listing in orphan_candidates(root, referenced, storage_options):
         newest = listing.newest_mtime
+        if newest is None:  # no files (a writer killed while creating it): the directory's age
+            newest = storage.mtime(storage.join(root, name), storage_options)
         age = now - newest if newest is not None else 0.0
         out.append(Orphan(name, max(age, 0.0), listing.bytes))
     return sorted(out, key=lambda o: o.location)

@@ -184,6 +184,16 @@ def list_files(uri: str, storage_options: dict[str, str] | None = None) -> list[
     return out
 
 
+def mtime(uri: str, storage_options: dict[str, str] | None = None) -> float | None:
+    """The modification time of the file or directory ``uri`` (None: unknown, e.g. object-store
+    prefixes, which have none)."""
+    fs, path = filesystem(uri, storage_options)
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound or info.mtime is None:
+        return None
+    return info.mtime.timestamp()
+
+
 def list_dirs(uri: str, storage_options: dict[str, str] | None = None) -> list[str]:
     """Names of the immediate subdirectories of ``uri`` (empty when it does not exist)."""
     fs, base = filesystem(uri, storage_options)
