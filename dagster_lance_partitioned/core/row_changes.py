@@ -37,6 +37,7 @@ from .errors import (
     WriteError,
 )
 from .filters import FilterLike, quote_ident, to_sql
+from .filters import check as check_filter
 from .health import parallel_map
 from .manifest import (
     SEP,
@@ -588,6 +589,16 @@ def _tasks_of(p: _Plan, entries: Iterable[TableEntry]) -> list[ScanTask]:
     return [_task(e, p.snap.specs[e.spec_id], p.root, p.schema) for e in entries]
 
 
+def _tasks(p: _Plan, sql: str | None) -> list[ScanTask]:
+    """The partition tables ``plan_scan(sql)`` selects on ``p``'s snapshot (every table when
+    pruning cannot render its manifest query, e.g. for a spec version no write has used yet:
+    the filter is applied inside each table anyway)."""
+    try:
+        return list(plan_scan(p.snap, p.schema, p.root, sql).tasks)
+    except KeyError:
+        return list(plan_scan(p.snap, p.schema, p.root, None).tasks)
+
+
 def _route(
     p: _Plan, rows: pa.Table
 ) -> tuple[dict[tuple[Any, ...], np.ndarray], dict[tuple[Any, ...], ScanTask]]:
@@ -628,7 +639,7 @@ def delete_rows(
     if sql is None:
         raise WriteError("delete needs a filter (use 'TRUE' to delete every row)")
     ns.refresh()
-    ns.plan_scan(sql)  # a bad filter fails here, before anything is written
+    check_filter(sql, ns.schema_with_ids)  # a bad filter fails here, before anything is written
     counts: dict[tuple[str, int | None, str | None], tuple[int, int]] = {}
 
     def count(task: ScanTask, schema: pa.Schema) -> tuple[int, int]:
@@ -648,8 +659,7 @@ def delete_rows(
         return counts[key]
 
     def build(p: _Plan) -> None:
-        root = p.root
-        tasks = list(plan_scan(p.snap, p.schema, root, sql).tasks)
+        tasks = _tasks(p, sql)
         found = parallel_map(lambda t: count(t, p.schema), tasks, TABLE_THREADS)
         for task, (matching, rows) in zip(tasks, found, strict=True):
             if matching == 0:
@@ -742,7 +752,8 @@ def update_rows(
     sql = to_sql(filter)
     ns.refresh()
     select = _compile_set(set, ns.schema_with_ids)
-    ns.plan_scan(sql)  # a bad filter fails here
+    if sql is not None:
+        check_filter(sql, ns.schema_with_ids)  # a bad filter fails here
     _apply_set(
         pa.Table.from_pylist([], schema=arrow_json.strip_field_ids(ns.schema_with_ids)),
         select,
@@ -769,9 +780,8 @@ def update_rows(
         return matched[key]
 
     def build(p: _Plan) -> None:
-        root = p.root
         select_now = _compile_set(set, p.schema)
-        tasks = list(plan_scan(p.snap, p.schema, root, sql).tasks)
+        tasks = _tasks(p, sql)
         found = parallel_map(lambda t: read(t, p.schema), tasks, TABLE_THREADS)
         moving: list[pa.Table] = []
         for task, rows in zip(tasks, found, strict=True):
@@ -949,7 +959,7 @@ def merge_rows(
     if scope_sql is not None and when_not_matched_by_source != "delete":
         raise WriteError("scope only applies with when_not_matched_by_source='delete'")
     if scope_sql is not None:
-        ns.plan_scan(scope_sql)  # a bad scope fails here
+        check_filter(scope_sql, ns.schema_with_ids)  # a bad scope fails here
     src = _input_table(data, ns)
     _check_keys(src, keys)
     by_source = when_not_matched_by_source == "delete"
@@ -977,7 +987,6 @@ def merge_rows(
         return lookups[key]
 
     def build(p: _Plan) -> None:
-        root = p.root
         counts = p.snap.table_counts()
         specs = [s for s in p.snap.specs.values() if counts.get(s.spec_id)]
         covered = all(
@@ -996,9 +1005,9 @@ def merge_rows(
                     found.update(k for k, _ in evaluator.split(batch))
                 entries = p.snap.find_tables(s, found)
                 candidates.update((t.object_id, t) for t in _tasks_of(p, entries.values()))
-        else:
-            plan = plan_scan(p.snap, p.schema, root, _lookup_filter(src, keys))
-            candidates.update((t.object_id, t) for t in plan.tasks)
+        elif src.num_rows:
+            lookup = _lookup_filter(src, keys)
+            candidates.update((t.object_id, t) for t in _tasks(p, lookup))
         target_ids = {t.object_id for t in targets.values()}
         if covered and not by_source and set(candidates) <= target_ids:
             # every key can only be in its own target partition: Lance's merge decides
@@ -1019,7 +1028,7 @@ def merge_rows(
             if scope_sql is None:
                 scoped = [(t, None) for t in targets.values()]
             else:
-                tasks = plan_scan(p.snap, p.schema, root, scope_sql).tasks
+                tasks = _tasks(p, scope_sql)
                 scoped = [(t, scope_sql) for t in tasks]
             for task, where in scoped:
                 stored = stored_keys(task, p.schema, where)
