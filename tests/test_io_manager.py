@@ -340,9 +340,10 @@ def test_one_daily_key_writes_exactly_that_days_partition_with_its_metadata(tmp_
     assert "lance/rows_written" not in meta and "dagster/row_count" not in meta
     assert meta["lance/spec_version"] == 1 and meta["lance/spec_updated"] is False
     assert meta["lance/bytes_written"] > 0
-    assert meta["lance/read_versions"] == {
-        p["object_id"]: p["read_version"] for p in ns.partitions()
-    }
+    # keyed by the Dagster key; versions as text (detached versions exceed 2**53, which the
+    # UI's JavaScript would round)
+    [part] = ns.partitions()
+    assert meta["lance/read_versions"] == {"2013-01-05": str(part["read_version"])}
     assert meta["dagster/uri"] == str(tmp_path / "flights_daily")
     assert meta["dagster/table_name"] == "flights_daily"
     assert [c.name for c in meta["dagster/column_schema"].columns] == flights().column_names
@@ -398,8 +399,12 @@ def test_31_day_single_run_range_is_one_manifest_commit(tmp_path):
     }
     for meta in metas:  # each event names only its own key's table
         assert len(meta["lance/read_versions"]) == 1
-    assert set().union(*(m["lance/read_versions"] for m in metas)) == {
-        p["object_id"] for p in ns.partitions() if next(iter(p["values"].values())) in january
+    pinned = {
+        next(iter(p["values"].values())).isoformat(): str(p["read_version"])
+        for p in ns.partitions()
+    }
+    assert {k: v for m in metas for k, v in m["lance/read_versions"].items()} == {
+        d.isoformat(): pinned[d.isoformat()] for d in january
     }
     props = ManifestStore(ns.uri).commit_properties(ns.version)
     assert props is not None and props["dagster.run_id"] == result.run_id
@@ -466,17 +471,21 @@ def test_date_x_origin_box_in_one_commit_and_daily_downstream_reads_all_origins(
         assets, tmp_path, instance=instance, partition_key="2013-01-03", selection=[origins_per_day]
     )
     assert ids(seen["2013-01-03"]) == ids(rows_on("2013-01-03"))
-    materialize(
-        assets, tmp_path, instance=instance, partition_key="2013-01-02", selection=[origins_per_day]
+    # 2013-01-02|LGA was never materialized: the load fails naming it (no silent partial day)
+    failed = materialize(
+        assets,
+        tmp_path,
+        instance=instance,
+        partition_key="2013-01-02",
+        selection=[origins_per_day],
+        raise_on_error=False,
     )
-    assert ids(seen["2013-01-02"]) == ids(rows_on("2013-01-02", ["EWR", "JFK"]))
+    assert not failed.success and "2013-01-02" not in seen
+    assert "never materialized: 2013-01-02|LGA." in failure_text(failed)
     out = open_ns(tmp_path, "origins_per_day").to_table()
     assert sorted((r["date"], r["origin"], r["id_count"]) for r in out.to_pylist()) == sorted(
-        [
-            (dt.date(2013, 1, 3), o, rows_on("2013-01-03", [o]).num_rows)
-            for o in ORIGINS.get_partition_keys()
-        ]
-        + [(dt.date(2013, 1, 2), o, rows_on("2013-01-02", [o]).num_rows) for o in ("EWR", "JFK")]
+        (dt.date(2013, 1, 3), o, rows_on("2013-01-03", [o]).num_rows)
+        for o in ORIGINS.get_partition_keys()
     )
 
 
@@ -1170,3 +1179,106 @@ def test_pandas_output_and_input(tmp_path):
     assert sorted((r["carrier"], r["size"]) for r in counts.to_pylist()) == sorted(
         (r["carrier"], r["id_count"]) for r in expected_counts.to_pylist()
     )
+
+
+# -- loads of partitions never materialized -------------------------------------------------------
+def test_load_of_never_materialized_upstream_partitions_fails_naming_them(tmp_path):
+    """A month whose days were only partly materialized: the load fails with the missing days;
+    with ``lance/allow_missing_partitions`` it loads what exists and warns with the keys."""
+    instance = dg.DagsterInstance.ephemeral()
+    upstream = day_asset("flights")
+    materialize([upstream], tmp_path, instance=instance, range_=("2013-01-01", "2013-01-29"))
+    seen: dict[str, pa.Table] = {}
+    reader = monthly_reader(seen)
+    result = materialize(
+        [upstream, reader],
+        tmp_path,
+        instance=instance,
+        partition_key="2013-01-01",
+        selection=[reader],
+        raise_on_error=False,
+    )
+    assert not result.success and not seen
+    text = failure_text(result)
+    assert "MissingUpstreamPartitionsError" in text or "never materialized" in text
+    assert "2 of the 31 partition(s)" in text and "2013-01-30, 2013-01-31" in text
+    assert "lance/allow_missing_partitions" in text
+    assert instance.get_latest_materialization_event(dg.AssetKey("monthly_summary")) is None
+
+    @dg.asset(
+        name="monthly_summary",
+        partitions_def=MONTHLY,
+        metadata={"partition_expr": "month"},
+        ins={"flights": dg.AssetIn(metadata={"lance/allow_missing_partitions": True})},
+    )
+    def lenient(context: dg.AssetExecutionContext, flights: pa.Table) -> pa.Table:
+        seen[context.partition_key] = flights
+        return pa.table({"month": [_date(context.partition_key)], "n": [flights.num_rows]})
+
+    result = materialize(
+        [upstream, lenient],
+        tmp_path,
+        instance=instance,
+        partition_key="2013-01-01",
+        selection=[lenient],
+    )
+    days = [f"2013-01-{d:02d}" for d in range(1, 30)]
+    assert ids(seen["2013-01-01"]) == ids(rows_in_window(DAILY, days))
+    # a range run of the downstream checks too
+    failed = materialize(
+        [upstream, reader],
+        tmp_path,
+        instance=instance,
+        range_=("2013-01-01", "2013-02-01"),
+        selection=[reader],
+        raise_on_error=False,
+    )
+    assert not failed.success and "30 of the 59 partition(s)" in failure_text(failed)
+    warnings = [
+        e.message
+        for e in instance.all_logs(result.run_id)
+        if e.level == 30 and "never materialized" in e.message
+    ]
+    assert len(warnings) == 1 and "2013-01-30, 2013-01-31" in warnings[0]
+
+
+def test_runless_partitions_in_lance_count_as_present(tmp_path):
+    """Partitions written outside Dagster (registered in the namespace, no materialization)
+    load without error."""
+    upstream = day_asset("flights_daily")
+    materialize([upstream], tmp_path, partition_key="2013-01-02")  # another instance
+    seen: list[pa.Table] = []
+    reader = delay_reader(seen)
+    materialize([upstream, reader], tmp_path, partition_key="2013-01-02", selection=[reader])
+    assert ids(seen[0]) == ids(rows_on("2013-01-02"))
+
+
+# -- the root is checked when a run starts ---------------------------------------------------------
+@pytest.mark.parametrize("problem", ["file", "unwritable", "under_a_file"])
+def test_bad_root_fails_the_run_before_the_asset_computes(tmp_path, problem):
+    calls: list[str] = []
+
+    @dg.asset(partitions_def=DAILY, metadata={"partition_expr": "time_hour"})
+    def flights_daily(context: dg.AssetExecutionContext) -> pa.Table:
+        calls.append(context.partition_key)
+        return rows_on(context.partition_key)
+
+    if problem == "file":
+        root = tmp_path / "lake"
+        root.write_text("not a directory")
+    elif problem == "under_a_file":
+        (tmp_path / "file").write_text("x")
+        root = tmp_path / "file" / "lake"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root may write anywhere")
+        root = tmp_path / "ro"
+        root.mkdir()
+        root.chmod(0o500)
+    with pytest.raises(dg.DagsterResourceFunctionError) as failure:
+        materialize([flights_daily], root, partition_key="2013-01-02")
+    assert calls == []  # failed when the run started, before computing
+    cause = failure.value.__cause__
+    assert type(cause).__name__ == "StorageRootError"
+    assert str(cause).startswith(f"IO manager root {root}")
+    assert not root.is_dir()

@@ -31,7 +31,7 @@ from ..core.namespace import PartitionedNamespace
 from ..core.partition_by import parse_partition_by
 from ..core.spec import PartitionField, resolve_fields
 from ..core.writer import WRITE_MODES, WriteResult
-from .errors import InvalidAssetKeyError
+from .errors import InvalidAssetKeyError, MissingUpstreamPartitionsError, StorageRootError
 from .handlers import ReadRequest, TypeHandler, handler_for_object, handler_for_type
 from .layout import Layout, PartitionLayoutError
 
@@ -40,6 +40,7 @@ WRITE_MODE = "lance/write_mode"
 SPEC_UPDATE_MODE = "lance/partition_spec_update_mode"
 SCHEMA_UPDATE_MODE = "lance/schema_update_mode"
 VERSION = "lance/version"
+ALLOW_MISSING = "lance/allow_missing_partitions"  # input metadata: load absent keys as no rows
 MANIFEST_VERSION = "lance/manifest_version"
 COMMIT_SOURCE = "dagster-lance-partitioned/io-manager"  # commit property dlp.source
 UPDATE_MODES = ("update", "error")
@@ -93,6 +94,13 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         description="Load inputs at the manifest version recorded by the upstream "
         "materialization (reproducible reads) instead of the latest.",
     )
+
+    # -- run start ----------------------------------------------------------------------------
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Check, when a run starts and before any asset computes, that a local ``root`` is
+        (or can be created as) a writable directory; raise :class:`StorageRootError` naming the
+        path otherwise. Object store URIs are checked by their first read or write."""
+        check_root(self.root)
 
     # -- locations ----------------------------------------------------------------------------
     def uri_for(self, asset_key: dg.AssetKey) -> str:
@@ -405,7 +413,7 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             "lance/engine": handler.engine or "arrow",
         }
         if keys is None or len(keys) == 1:
-            versions = result.read_versions if result else {}
+            versions = _read_versions(result.partitions, layout) if result else {}
             meta["lance/read_versions"] = dg.MetadataValue.json(versions)
             meta["dagster/row_count" if keys is None else "dagster/partition_row_count"] = rows
         else:  # each key's own count and tables go on its own event (_per_key_metadata)
@@ -462,12 +470,54 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             self.storage_options,
         )
         plan = ns.plan_scan(request.filter)
+        if keys is not None and context.asset_partitions_def is not None and _partitioned(context):
+            self._check_missing(context, asset, keys, layout, ns, plan, meta)
         context.log.info(
             f"loading {asset} from {uri} at manifest version {ns.version}: "
             f"{len(plan.tasks)} of {plan.total_partitions} partition tables"
             + (f" for {len(keys)} partition key(s)" if keys is not None else "")
         )
         return handler.read(request)
+
+    def _check_missing(
+        self,
+        context: dg.InputContext,
+        asset: str,
+        keys: list[str],
+        layout: Layout,
+        ns: PartitionedNamespace,
+        plan: Any,
+        meta: Mapping[str, Any],
+    ) -> None:
+        """Raise :class:`MissingUpstreamPartitionsError` when mapped keys have neither a
+        partition in the namespace nor a Dagster materialization (input metadata
+        ``lance/allow_missing_partitions: True`` logs a warning instead)."""
+        current = ns.current_spec.spec_id
+        if any(t.spec_id != current for t in plan.tasks):
+            return  # partitions of another partitioning: which keys they hold is not known
+        present = {layout.key_of(list(t.partition_values.values())) for t in plan.tasks}
+        missing = [k for k in keys if k not in present]
+        if missing and _has_instance(context):
+            done = context.instance.get_materialized_partitions(context.asset_key)
+            missing = [k for k in missing if k not in done]
+        if not missing:
+            return
+        shown = ", ".join(missing[:20]) + (
+            f" and {len(missing) - 20} more" if len(missing) > 20 else ""
+        )
+        if bool(meta.get(ALLOW_MISSING, False)):
+            context.log.warning(
+                f"{asset}: {len(missing)} of {len(keys)} mapped partition(s) were never "
+                f"materialized and load as no rows ({ALLOW_MISSING}): {shown}"
+            )
+            return
+        raise MissingUpstreamPartitionsError(
+            f"cannot load asset {asset}: {len(missing)} of the {len(keys)} partition(s) this "
+            f"input maps to were never materialized: {shown}. Materialize them first, or set "
+            f"input metadata {ALLOW_MISSING}: True to load them as no rows",
+            asset,
+            missing,
+        )
 
     def _at_version(
         self, ns: PartitionedNamespace, asset: str, version: int
@@ -499,6 +549,32 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         return max(versions) if versions else None
 
 
+def check_root(root: str) -> None:
+    """Raise :class:`StorageRootError` unless the local directory ``root`` exists or can be
+    created, and is writable (object store URIs are not checked)."""
+    if "://" in root and not root.startswith("file://"):
+        return
+    path = os.path.abspath(root.removeprefix("file://"))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise StorageRootError(
+            f"IO manager root {path} is a file, not a directory; point root (DLP_ROOT) at a "
+            "directory. Nothing was computed.",
+            path,
+        )
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise StorageRootError(
+            f"IO manager root {path} cannot be created ({e.strerror or e}); nothing was computed",
+            path,
+        ) from e
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise StorageRootError(
+            f"IO manager root {path} is not writable by this process; nothing was computed",
+            path,
+        )
+
+
 def _check_asset_key(asset_key: dg.AssetKey) -> None:
     """Raise :class:`InvalidAssetKeyError` unless every part of ``asset_key`` is a safe
     directory name (see ``LancePartitionedIOManager.uri_for``)."""
@@ -526,6 +602,16 @@ def _check_asset_key(asset_key: dg.AssetKey) -> None:
             shown,
             text,
         )
+
+
+def _partitioned(context: dg.InputContext) -> bool:
+    """Whether the loading step is partitioned; an unpartitioned downstream reads every
+    upstream partition that exists (its mapping names all of them, materialized or not)."""
+    try:
+        step = context.step_context
+        return bool(step.has_partition_key or step.has_partition_key_range)
+    except Exception:  # a context built outside a run
+        return False
 
 
 def _has_instance(context: dg.InputContext) -> bool:
@@ -561,19 +647,35 @@ def _per_key_metadata(
 ) -> dict[str, dict[str, Any]]:
     """For each key of a multi-key run: its row count and the read versions of its tables."""
     rows = dict.fromkeys(keys, 0)
-    versions: dict[str, dict[str, int]] = {k: {} for k in keys}
+    mine: dict[str, list] = {k: [] for k in keys}
     for p in result.partitions:
         key = layout.key_of(list(p.values.values()))
         if key in rows:  # partitions of other keys (an older spec's) belong to no event
             rows[key] += p.rows
-            versions[key][p.object_id] = p.read_version
+            mine[key].append(p)
     return {
         k: {
             "dagster/partition_row_count": rows[k],
-            "lance/read_versions": dg.MetadataValue.json(versions[k]),
+            "lance/read_versions": dg.MetadataValue.json(_read_versions(mine[k], layout)),
         }
         for k in keys
     }
+
+
+def _read_versions(partitions: Sequence[Any], layout: Layout | None) -> dict[str, str]:
+    """The Lance table version now registered for each written partition, keyed by its Dagster
+    partition key (by ``column=value`` for assets stored partitioned by their data). Versions
+    are text: detached versions exceed 2**53, which the Dagster UI (JavaScript) would round."""
+    out: dict[str, str] = {}
+    for p in partitions:
+        if layout is not None:
+            name = layout.key_of(list(p.values.values()))
+        else:
+            name = "/".join(f"{c}={v}" for c, v in p.values.items()) or p.object_id
+        if name in out:  # several tables under one name (should not happen): keep them all
+            name = f"{name} ({p.object_id})"
+        out[name] = str(p.read_version)
+    return out
 
 
 def _add_partition_metadata(context: dg.OutputContext, per_key: dict[str, dict]) -> bool:
