@@ -204,3 +204,40 @@ def test_unknown_check_name_is_refused(tmp_path):
         build_lance_partitioned_checks(
             [events], LancePartitionedIOManager(root=str(tmp_path)), checks=["speling"]
         )
+
+
+def test_an_assets_checks_run_in_one_step_and_cut_lists_say_how_much_was_cut(tmp_path):
+    lake = Lake(str(tmp_path / "lake"))
+    lake.materialize("2013-01-02")
+    for day in range(3, 28):  # 25 partitions written outside Dagster
+        lake.ns.write(day_rows(f"2013-01-{day:02d}"))
+    result = dg.materialize(
+        [events, *lake.checks],
+        selection=dg.AssetSelection.checks_for_assets(events),
+        instance=lake.instance,
+        resources={"io_manager": lake.io},
+        raise_on_error=False,
+    )
+    evaluations = result.get_asset_check_evaluations()
+    assert len(evaluations) == 4
+    steps = {
+        e.step_key for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    }
+    assert len(steps) == 1  # one step (one process) for all four checks
+    assert len(lake.checks) == 1
+    got = {e.check_name: e for e in evaluations}["lance_dagster_coverage"]
+    missing = meta(got, "missing_in_dagster")
+    assert len(missing) == 21 and missing[-1] == "... and 5 more (not shown)"
+    assert meta(got, "missing_in_dagster_count") == 25
+
+
+def test_blocking_may_name_some_checks(tmp_path):
+    lake = Lake(str(tmp_path / "lake"))
+    [checks] = build_lance_partitioned_checks([events], lake.io, blocking=["schema", "integrity"])
+    blocking = {s.name: s.blocking for s in checks.check_specs}
+    assert blocking == {
+        "lance_schema_consistency": True,
+        "lance_read_version_consistency": False,
+        "lance_partition_integrity": True,
+        "lance_dagster_coverage": False,
+    }

@@ -3,7 +3,7 @@ consistency, read-version consistency, partition integrity and Dagster coverage.
 names what a person should look at (partitions, columns, versions)."""
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import dagster as dg
@@ -29,7 +29,7 @@ def build_lance_partitioned_checks(
     *,
     checks: Iterable[str] = CHECKS,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
-    blocking: bool = False,
+    blocking: bool | Iterable[str] = False,
     integrity_sample: int | None = 20,
     history: int | None = 50,
 ) -> list[dg.AssetChecksDefinition]:
@@ -37,9 +37,16 @@ def build_lance_partitioned_checks(
     schema), ``read_versions`` (every pinned version is readable; uncommitted versions and
     orphan tables are reported), ``integrity`` (rows of ``integrity_sample`` partitions, or all
     with None, lie in the partition the manifest says) and ``coverage`` (materialized Dagster
-    keys and registered partitions agree). ``blocking`` checks stop downstream assets of a run
-    that failed them."""
+    keys and registered partitions agree).
+
+    An asset's checks run together in one step (one definition per asset, named
+    ``<asset>_lance_checks``), reading its namespace once; any subset of them can be run.
+    ``blocking`` (True, or the names of the blocking checks) makes checks stop downstream
+    assets of a run that failed them."""
+    checks = list(dict.fromkeys(checks))
     unknown = sorted(set(checks) - set(CHECKS))
+    blocking_checks = set(CHECKS if blocking is True else [] if blocking is False else blocking)
+    unknown += sorted(blocking_checks - set(CHECKS))
     if unknown:
         raise ValueError(f"unknown checks {unknown}; choose from {list(CHECKS)}")
     runners: dict[str, Callable[..., Outcome]] = {
@@ -48,48 +55,66 @@ def build_lance_partitioned_checks(
         "integrity": lambda w, ns, ctx: _integrity(w, ns, integrity_sample),
         "coverage": _coverage,
     }
-    out = []
-    for w in watched_assets(assets, io_manager):
-        for check in checks:
-            out.append(_check(w, CHECK_NAMES[check], runners[check], blocking, severity))
-    return out
+    return [
+        _checks_of(w, {c: runners[c] for c in checks}, blocking_checks, severity)
+        for w in watched_assets(assets, io_manager)
+        if checks
+    ]
 
 
 Outcome = tuple[bool, str, dict[str, Any]]  # passed, description, metadata
 
 
-def _check(
+def _checks_of(
     w: WatchedAsset,
-    name: str,
-    run: Callable[..., Outcome],
-    blocking: bool,
+    runners: dict[str, Callable[..., Outcome]],
+    blocking: set[str],
     severity: dg.AssetCheckSeverity,
 ) -> dg.AssetChecksDefinition:
-    @dg.asset_check(
-        asset=w.key,
-        name=name,
-        blocking=blocking,
-        description=f"{name.replace('_', ' ')} of the Lance partitioned namespace {w.uri}",
-    )
-    def _run(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        ns = w.open()
-        if ns is None:
-            return dg.AssetCheckResult(
-                passed=True,
-                description="nothing stored yet",
-                metadata={"dagster/uri": dg.MetadataValue.path(w.uri)},
-            )
-        passed, description, metadata = run(w, ns, context)
-        return dg.AssetCheckResult(
-            passed=passed,
-            severity=severity,
-            description=description,
-            metadata={
-                **metadata,
-                "lance/manifest_version": ns.version,
-                "dagster/uri": dg.MetadataValue.path(w.uri),
-            },
+    specs = [
+        dg.AssetCheckSpec(
+            CHECK_NAMES[c],
+            asset=w.key,
+            blocking=c in blocking,
+            description=f"{CHECK_NAMES[c].replace('_', ' ')} of the Lance partitioned "
+            f"namespace {w.uri}",
         )
+        for c in runners
+    ]
+    by_name = {CHECK_NAMES[c]: runner for c, runner in runners.items()}
+
+    @dg.multi_asset_check(
+        specs=specs,
+        name=f"{'__'.join(w.key.path)}_lance_checks",
+        can_subset=True,
+        description=f"Lance partitioned namespace checks of {w.key.to_user_string()}",
+    )
+    def _run(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
+        selected = [k.name for k in context.selected_asset_check_keys if k.name in by_name]
+        ns = w.open()  # one namespace snapshot for every check of this step
+        for name in [n for n in by_name if n in selected]:
+            if ns is None:
+                yield dg.AssetCheckResult(
+                    asset_key=w.key,
+                    check_name=name,
+                    passed=True,
+                    description="nothing stored yet",
+                    metadata={"dagster/uri": dg.MetadataValue.path(w.uri)},
+                )
+                continue
+            passed, description, metadata = by_name[name](w, ns, context)
+            yield dg.AssetCheckResult(
+                asset_key=w.key,
+                check_name=name,
+                passed=passed,
+                severity=severity,
+                description=description,
+                metadata={
+                    **metadata,
+                    "lance/manifest_version": ns.version,
+                    "dagster/uri": dg.MetadataValue.path(w.uri),
+                },
+            )
 
     return _run
 
@@ -106,6 +131,13 @@ def _spec_of(ns: PartitionedNamespace) -> dict[str, int]:
 
 def _result(passed: bool, description: str, **metadata: Any) -> Outcome:
     return passed, description, {k: _meta(v) for k, v in metadata.items()}
+
+
+def _shown(items: list[Any]) -> list[Any]:
+    """At most ``_SHOWN`` entries; a cut list ends with a note of how many were left out."""
+    if len(items) <= _SHOWN:
+        return items
+    return [*items[:_SHOWN], f"... and {len(items) - _SHOWN} more (not shown)"]
 
 
 def _meta(value: Any) -> Any:
@@ -135,7 +167,7 @@ def _schema(w: WatchedAsset, ns: PartitionedNamespace) -> Outcome:
         partitions_checked=len(specs),
         offending_partitions=len({i.object_id for i in issues}),
         offending_columns=columns,
-        offenders=offenders[:_SHOWN],
+        offenders=_shown(offenders),
     )
 
 
@@ -168,15 +200,14 @@ def _read_versions(w: WatchedAsset, ns: PartitionedNamespace, history: int | Non
         not issues and not uncommitted,
         "; ".join(parts) or "every pinned version is readable; no uncommitted writes or orphans",
         tables_checked=len(specs),
-        unreadable=broken[:_SHOWN],
-        uncommitted=pending[:_SHOWN],
+        unreadable=_shown(broken),
+        uncommitted=_shown(pending),
         orphan_tables=len(orphans),
         orphan_bytes=sum(o.bytes for o in orphans),
         oldest_orphan_hours=round(max((o.age_seconds for o in orphans), default=0) / 3600, 2),
-        orphans=[
-            {"location": o.location, "age_hours": round(o.age_seconds / 3600, 2)}
-            for o in orphans[:_SHOWN]
-        ],
+        orphans=_shown(
+            [{"location": o.location, "age_hours": round(o.age_seconds / 3600, 2)} for o in orphans]
+        ),
     )
 
 
@@ -198,7 +229,7 @@ def _integrity(w: WatchedAsset, ns: PartitionedNamespace, sample: int | None) ->
         if not issues
         else f"{len(issues)} partition(s) hold rows of other partitions",
         partitions_checked=checked,
-        offenders=offenders[:_SHOWN],
+        offenders=_shown(offenders),
     )
 
 
@@ -226,6 +257,8 @@ def _coverage(
         "; ".join(parts) or f"all {len(registered)} partition(s) agree",
         materialized_keys=len(materialized),
         registered_partitions=len(registered),
-        missing_in_lance=missing_in_lance[:_SHOWN],
-        missing_in_dagster=missing_in_dagster[:_SHOWN],
+        missing_in_lance_count=len(missing_in_lance),
+        missing_in_dagster_count=len(missing_in_dagster),
+        missing_in_lance=_shown(missing_in_lance),
+        missing_in_dagster=_shown(missing_in_dagster),
     )
