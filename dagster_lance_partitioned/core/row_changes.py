@@ -760,10 +760,11 @@ def update_rows(
         set,
     )
     where = sql or "TRUE"
-    matched: dict[tuple[str, int | None, str | None, int], pa.Table] = {}
+    matched: dict[tuple[str, int | None, str | None, str], pa.Table] = {}
 
     def read(task: ScanTask, schema: pa.Schema) -> pa.Table:
-        key = (task.location, task.read_version, task.read_tag, id(schema))
+        shape = schema.to_string(show_schema_metadata=True, show_field_metadata=True)
+        key = (task.location, task.read_version, task.read_tag, shape)
         if key not in matched or task.read_version is None:
             plain = arrow_json.strip_field_ids(schema)
             batches = list(
@@ -912,7 +913,8 @@ def merge_rows(
     commit_properties: Mapping[str, str] | None = None,
     before_commit: Callable[[], None] | None = None,
 ) -> RowChangeResult:
-    """Merge ``data`` into the namespace on the key columns ``on``, in one manifest commit.
+    """Merge ``data`` into the namespace on the key columns ``on``, in one manifest commit
+    (``data`` is read whole into memory).
 
     An input row whose key exists is a match: ``when_matched="update"`` replaces the stored
     row(s) with it, ``"ignore"`` keeps them. An unmatched row is inserted
