@@ -1,7 +1,9 @@
 """Dagster layer: the IO manager storing assets as Lance partitioned namespaces and, built on it,
-asset checks, sensors and the maintenance job."""
+asset checks, sensors and the maintenance job. The ``dg`` component is
+``dagster_lance_partitioned.orchestration.component.LancePartitionedComponent``."""
 
 from .checks import build_lance_partitioned_checks
+from .errors import InvalidAssetKeyError, MissingUpstreamPartitionsError, StorageRootError
 from .handlers import UnsupportedTypeError
 from .io_manager import (
     EvolutionRefusedError,
@@ -19,11 +21,14 @@ from .sensors import build_lance_external_change_sensor, build_lance_schema_sens
 
 __all__ = [
     "EvolutionRefusedError",
+    "InvalidAssetKeyError",
     "LancePartitionedIOManager",
     "Layout",
     "MaintenanceConfig",
+    "MissingUpstreamPartitionsError",
     "PartitionKeyMismatchError",
     "PartitionLayoutError",
+    "StorageRootError",
     "UnsupportedTypeError",
     "build_lance_external_change_sensor",
     "build_lance_maintenance_job",
