@@ -364,6 +364,44 @@ def test_a_concurrent_delete_is_respected(tmp_path):
     assert ns.refresh().count_rows("country = 'US'") == 0
 
 
+def test_a_partition_created_concurrently_is_merged_into_not_duplicated(tmp_path):
+    ns = make_ns(tmp_path)
+    other = PartitionedNamespace.open(ns.uri)
+    result = row_changes.merge_rows(
+        ns,
+        rows((70, "IT", D1, 1.0), (71, "IT", D1, 2.0)),
+        "id",
+        before_commit=lambda: other.write(rows((70, "IT", D2, -70.0), (72, "IT", D2, 7.0))),
+    )
+    got = sorted_rows(ns.refresh().to_table(filter="country = 'IT'"))
+    assert [(r["id"], r["value"]) for r in got] == [(70, 1.0), (71, 2.0), (72, 7.0)]
+    assert (result.rows_updated, result.rows_inserted) == (1, 1)
+    assert len([p for p in ns.partitions() if p["values"]["country"] == "IT"]) == 1
+
+
+def test_a_concurrent_overwrite_of_a_touched_partition_is_merged_into(tmp_path):
+    ns = make_ns(tmp_path)
+    other = PartitionedNamespace.open(ns.uri)
+    row_changes.merge_rows(
+        ns,
+        rows((0, "US", D1, 100.0), (3, "US", D1, 300.0)),
+        ["id", "country"],
+        before_commit=lambda: other.write(rows((0, "US", D2, -1.0)), mode="overwrite_partitions"),
+    )
+    got = sorted_rows(ns.refresh().to_table(filter="country = 'US'"))
+    assert [(r["id"], r["value"]) for r in got] == [(0, 100.0), (3, 300.0)]
+
+
+def test_commit_properties_and_deregistered_partitions_are_recorded(tmp_path):
+    ns = make_ns(tmp_path)
+    ids = by_country(ns)
+    result = ns.delete("country = 'FR'", commit_properties={"ticket": "T-1"})
+    props = ns.state.store.commit_properties(result.manifest_version)
+    assert props["operation"] == "delete" and props["ticket"] == "T-1"
+    assert json.loads(props["overwritten"]) == [ids["FR"]]
+    assert props["filter"] == "country = 'FR'"
+
+
 def test_partitions_that_keep_moving_give_up_with_a_conflict(tmp_path, monkeypatch):
     ns = make_ns(tmp_path)
     other = PartitionedNamespace.open(ns.uri)
