@@ -299,8 +299,14 @@ def daily_flights_schedule(context: dg.ScheduleEvaluationContext):
     )
 
 
-# every hour: the hour that just ended (skipped outside the 2013 data)
-weather_schedule = dg.build_schedule_from_partitioned_job(weather_job, name="weather_schedule")
+@dg.schedule(job=weather_job, cron_schedule="5 * * * *", execution_timezone=TZ)
+def weather_schedule(context: dg.ScheduleEvaluationContext):
+    """Every hour: the hour that just ended. Skips hours outside the 2013 data."""
+    ended = context.scheduled_execution_time - dt.timedelta(hours=1)
+    key = hourly.get_partition_key_for_timestamp(ended.timestamp())
+    if not hourly.has_partition_key(key):
+        return dg.SkipReason(f"{key} is outside the weather partitions (2013)")
+    return dg.RunRequest(run_key=key, partition_key=key)
 
 
 def resources(root: str | None = None, spark_master: str | None = None) -> dict:

@@ -131,6 +131,8 @@ def test_pipeline_definitions_load_and_schedule():
             "weather_schedule", dt.datetime(2013, 3, 11, 10, 5, tzinfo=dt.UTC)
         ).run_requests
         assert hour.partition_key == "2013-03-11-05:00"
+        later = tick("weather_schedule", dt.datetime(2026, 11, 25, 10, 5, tzinfo=dt.UTC))
+        assert not later.run_requests and "outside" in later.skip_message
 
 
 def test_example_refuses_to_delete_a_directory_it_did_not_create(tmp_path):
