@@ -68,7 +68,12 @@ def _defs(spark: SparkSession, extra_day: str | None = None):
                 partition_mapping=dg.MultiToSingleDimensionPartitionMapping(
                     partition_dimension_name="date"
                 ),
-                metadata={"columns": ["origin", "delay"], "filter": "seq >= 3"},
+                # the box backfilled below leaves LGA out: that airport loads as no rows
+                metadata={
+                    "columns": ["origin", "delay"],
+                    "filter": "seq >= 3",
+                    "lance/allow_missing_partitions": True,
+                },
             )
         },
     )
@@ -207,42 +212,6 @@ def test_spark_output_without_rows_empties_the_targeted_partition(spark, io):
         .value
         == 0
     )
-
-
-def test_spark_commit_whose_result_is_lost_is_kept_and_reported(spark, io, monkeypatch):
-    """The commit result of a Spark write can fail to reach the Dagster process (a Spark Connect
-    server on another machine): the rows Spark committed stay, never replaced by the empty
-    partitions an output without rows gets, and the run fails saying so."""
-    from dagster_lance_partitioned.spark import frames
-
-    flights, _ = _defs(spark)
-    instance = dg.DagsterInstance.ephemeral()
-    monkeypatch.setattr(frames, "load_result", lambda path: None)
-    result = dg.materialize(
-        [flights],
-        instance=instance,
-        resources={"io_manager": io},
-        partition_key="2024-03-07|EWR",
-        raise_on_error=False,
-    )
-    assert not result.success
-    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-    assert "did not reach this process" in failure.event_specific_data.error.to_string()
-    ns = PartitionedNamespace.open(io.uri_for(dg.AssetKey("flights")))
-    assert ns.count_rows() == 6
-
-
-def test_spark_result_path_that_cannot_be_written_does_not_fail_the_commit(spark, tmp_path):
-    from dagster_lance_partitioned.spark import FORMAT
-    from dagster_lance_partitioned.spark.writer import RESULT_PATH_OPTION
-
-    uri = str(tmp_path / "ns")
-    df = spark.createDataFrame(_rows("2024-03-07", "EWR"), SCHEMA)
-    missing = str(tmp_path / "no" / "such" / "dir" / "result.pickle")
-    df.write.format(FORMAT).mode("append").option("partitionBy", "origin").option(
-        RESULT_PATH_OPTION, missing
-    ).save(uri)
-    assert PartitionedNamespace.open(uri).count_rows() == 6
 
 
 def test_spark_input_is_distributed_and_pruned(spark, io):
