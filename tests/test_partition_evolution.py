@@ -137,3 +137,14 @@ def test_concurrent_spec_updates_both_land_as_separate_versions(daily):
     assert [s.spec_id for s in specs] == [1, 2, 3]
     assert [f.field_id for f in specs[2].fields] == ["country"]
     assert CommitConflictError  # imported for the retry contract documented on update_spec
+
+
+def test_filters_plan_before_the_first_write_under_a_new_spec(tmp_path):
+    """A new spec's manifest columns arrive with its first write; until then a filter still
+    plans (the new spec has no partitions) instead of failing on the missing column."""
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    ns = PartitionedNamespace.create(tmp_path / "n", schema, [PartitionField.identity("k")])
+    ns.write(pa.table({"k": [1, 2], "v": [1, 2]}, schema=schema))
+    ns.update_spec([PartitionField.bucket("k", 3)])
+    assert ns.to_table(filter="k = 1").column("v").to_pylist() == [1]
+    assert len(ns.explain("k = 1").tasks) == 1

@@ -12,7 +12,7 @@ from . import storage
 from .filters import FilterLike, parse, to_sql
 from .manifest import SMALL_MANIFEST_ROWS, ManifestSnapshot, TableEntry
 from .partition_constants import identity_constants
-from .predicates import TRUE, NotRenderable, Pred, from_datafusion, holds
+from .predicates import FALSE, TRUE, NotRenderable, Pred, from_datafusion, holds
 from .predicates import to_sql as pred_sql
 from .pruning import (
     SpecProjector,
@@ -143,8 +143,13 @@ def plan_scan(
     projected onto every spec version's partition columns and ``__manifest`` is queried once."""
     sql = to_sql(filter)
     source: Pred = from_datafusion(parse(sql, schema), schema) if sql else TRUE
+    columns = set(snapshot.arrow_schema.names)
     predicates = {
-        spec_id: projector(spec, schema).project(source) for spec_id, spec in snapshot.specs.items()
+        # a spec's manifest columns arrive with its first write: until then it has no tables
+        spec_id: projector(spec, schema).project(source)
+        if all(f.column in columns for f in spec.fields)
+        else FALSE
+        for spec_id, spec in snapshot.specs.items()
     }
     query = manifest_query(snapshot, predicates)
     tables = _selected_tables(snapshot, predicates, query)
