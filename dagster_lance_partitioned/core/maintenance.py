@@ -41,7 +41,7 @@ from .health import (
     table_tags,
     version_files,
 )
-from .manifest import SEP, ManifestEdit, ManifestSnapshot
+from .manifest import ManifestEdit, ManifestSnapshot, delete_empty_namespaces
 from .ns_schema import snapshot_schema
 from .planning import ScanTask, plan_scan
 from .scan import iter_task_batches, lance_filter, open_table
@@ -458,17 +458,6 @@ def vacuum(
 # drop_partitions
 
 
-def _delete_empty_namespaces(snap: ManifestSnapshot, edit: ManifestEdit) -> None:
-    """Delete partition namespaces with no table left beneath them."""
-    tables = {t.object_id for t in snap.tables()} - edit.deletes
-    ancestors = {
-        SEP.join(oid.split(SEP)[:i]) for oid in tables for i in range(1, oid.count(SEP) + 1)
-    }
-    for ns_oid in snap.namespace_ids().values():
-        if ns_oid not in ancestors:
-            edit.deletes.add(ns_oid)
-
-
 def drop_partitions(ns: NamespaceState | HasState, filter: FilterLike) -> DropResult:
     """Deregister, in one manifest commit, every partition all of whose rows match ``filter``.
 
@@ -527,7 +516,7 @@ def drop_partitions(ns: NamespaceState | HasState, filter: FilterLike) -> DropRe
                 dropped.append(DroppedPartition(t.object_id, t.location, t.partition_values, rows))
         if not dropped:
             raise _NothingToCommit
-        _delete_empty_namespaces(snap, edit)
+        delete_empty_namespaces(snap, edit)
         edit.properties = {
             "operation": "drop_partitions",
             "writer": WRITER_ID,

@@ -654,6 +654,19 @@ class ManifestStore:
         return ours or None
 
 
+def delete_empty_namespaces(snap: ManifestSnapshot, edit: ManifestEdit) -> None:
+    """Add to ``edit`` the deletion of every partition namespace of ``snap`` that would be left
+    with no table beneath it (tables ``edit`` registers count, those it deletes do not)."""
+    tables = {t.object_id for t in snap.tables()} - edit.deletes
+    tables |= {oid for oid, cols in edit.upserts.items() if cols.get("object_type") == "table"}
+    ancestors = {
+        SEP.join(oid.split(SEP)[:i]) for oid in tables for i in range(1, oid.count(SEP) + 1)
+    }
+    for ns_oid in snap.namespace_ids().values():
+        if ns_oid not in ancestors:
+            edit.deletes.add(ns_oid)
+
+
 _U64_MAX = (1 << 64) - 1
 
 

@@ -46,6 +46,7 @@ from .manifest import (
     ManifestSnapshot,
     ManifestStore,
     TableEntry,
+    delete_empty_namespaces,
     partition_field_columns,
     random_name,
     table_location,
@@ -532,7 +533,7 @@ def _materialize(
             created.append(oid)
     if p.deregister:
         edit.deletes.update(p.deregister)
-        _delete_empty_namespaces(snap, edit)
+        delete_empty_namespaces(snap, edit)
     outcome.result = RowChangeResult(
         operation=operation,
         manifest_version=snap.version,
@@ -571,18 +572,6 @@ def _register_namespaces(
             ns_ids[(spec.spec_id, prefix)] = known
         path = known.split(SEP)
     return SEP.join([*path, TABLE_NAME])
-
-
-def _delete_empty_namespaces(snap: ManifestSnapshot, edit: ManifestEdit) -> None:
-    """Delete partition namespaces left with no table beneath them."""
-    tables = {t.object_id for t in snap.tables()} - edit.deletes
-    tables |= {oid for oid, cols in edit.upserts.items() if cols.get("object_type") == "table"}
-    ancestors = {
-        SEP.join(oid.split(SEP)[:i]) for oid in tables for i in range(1, oid.count(SEP) + 1)
-    }
-    for ns_oid in snap.namespace_ids().values():
-        if ns_oid not in ancestors:
-            edit.deletes.add(ns_oid)
 
 
 def _tasks_of(p: _Plan, entries: Iterable[TableEntry]) -> list[ScanTask]:

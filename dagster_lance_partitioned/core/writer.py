@@ -42,6 +42,7 @@ from .manifest import (
     ManifestSnapshot,
     ManifestStore,
     TableEntry,
+    delete_empty_namespaces,
     missing_files,
     overwritten_ids,
     partition_field_columns,
@@ -856,19 +857,8 @@ class PartitionWriter:
                 removed += [t.object_id for t, k in zip(tables, keys, strict=True) if k in replaced]
         if removed:
             edit.deletes.update(removed)
-            self._delete_empty_namespaces(snap, edit)
+            delete_empty_namespaces(snap, edit)
         return removed
-
-    def _delete_empty_namespaces(self, snap: ManifestSnapshot, edit: ManifestEdit) -> None:
-        """Delete partition namespaces with no table left beneath them."""
-        tables = {t.object_id for t in snap.tables()} - edit.deletes
-        tables |= {oid for oid, cols in edit.upserts.items() if cols.get("object_type") == "table"}
-        ancestors = {
-            SEP.join(oid.split(SEP)[:i]) for oid in tables for i in range(1, oid.count(SEP) + 1)
-        }
-        for ns_oid in snap.namespace_ids().values():
-            if ns_oid not in ancestors:
-                edit.deletes.add(ns_oid)
 
     def _deregister_rest(self, snap: ManifestSnapshot, edit: ManifestEdit) -> list[str]:
         """For ``overwrite``: remove every table (of any spec) this write did not write, and
@@ -877,7 +867,7 @@ class PartitionWriter:
         kept |= {oid for oid in edit.upserts if oid.endswith(SEP + TABLE_NAME)}
         removed = [t.object_id for t in snap.tables() if t.object_id not in kept]
         edit.deletes.update(removed)
-        self._delete_empty_namespaces(snap, edit)
+        delete_empty_namespaces(snap, edit)
         return removed
 
 
