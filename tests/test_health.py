@@ -28,7 +28,7 @@ from dagster_lance_partitioned.core.health import (
     manifest_file_version,
 )
 from dagster_lance_partitioned.core.manifest import ManifestEdit
-from dagster_lance_partitioned.core.namespace import _load_snapshot
+from dagster_lance_partitioned.core.state import load_snapshot
 from dagster_lance_partitioned.core.writer import DETACHED_BIT
 
 FIELDS = [PartitionField.identity("country"), PartitionField.year("event_date")]
@@ -57,7 +57,7 @@ def table_uri(ns: PartitionedNamespace, p: dict[str, Any]) -> str:
 
 def repin(ns: PartitionedNamespace, object_id: str, **columns: Any) -> int:
     """Set manifest columns of one table row in one manifest commit (as a foreign tool might)."""
-    snap = ns._store.commit(_load_snapshot, lambda s: ManifestEdit(upserts={object_id: columns}))
+    snap = ns._store.commit(load_snapshot, lambda s: ManifestEdit(upserts={object_id: columns}))
     ns.refresh()
     return snap.version
 

@@ -22,7 +22,7 @@ from dagster_lance_partitioned.core import health, maintenance
 from dagster_lance_partitioned.core.errors import PartitionedNamespaceError, WriteError
 from dagster_lance_partitioned.core.maintenance import PartialPartitionError
 from dagster_lance_partitioned.core.manifest import ManifestEdit
-from dagster_lance_partitioned.core.namespace import _load_snapshot
+from dagster_lance_partitioned.core.state import load_snapshot
 from dagster_lance_partitioned.core.writer import DETACHED_BIT
 
 FIELDS = [PartitionField.identity("country"), PartitionField.year("event_date")]
@@ -267,7 +267,7 @@ def test_cleanup_keeps_tagged_and_tag_pinned_versions(ns):
         "pin", fr_now["read_version"]
     )
     ns._store.commit(
-        _load_snapshot,
+        load_snapshot,
         lambda s: ManifestEdit(
             upserts={fr_now["object_id"]: {"read_version": None, "read_tag": "pin"}}
         ),

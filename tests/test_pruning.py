@@ -375,10 +375,11 @@ def test_explain_is_readable_and_json(ident):
 
 
 def test_large_manifests_get_indexes_and_plan_the_same(tmp_path, monkeypatch):
-    from dagster_lance_partitioned.core import manifest_ops, planning
+    from dagster_lance_partitioned.core import manifest as manifest_mod
+    from dagster_lance_partitioned.core import manifest_ops
 
     monkeypatch.setattr(manifest_ops, "INDEX_MIN_ROWS", 10)
-    monkeypatch.setattr(planning, "SMALL_MANIFEST_ROWS", 0)  # plan through Lance's scanner
+    monkeypatch.setattr(manifest_mod, "SMALL_MANIFEST_ROWS", 0)  # plan through Lance's scanner
     schema = pa.schema(
         [pa.field("id", pa.int64(), nullable=False), ("k", pa.int32()), ("s", pa.utf8())]
     )

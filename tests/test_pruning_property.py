@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import planning
+from dagster_lance_partitioned.core import manifest
 
 SCHEMA = pa.schema(
     [
@@ -164,9 +164,9 @@ def test_pruned_scan_equals_full_filter(namespaces, name, flt, lance_query):
     """``lance_query``: plan through Lance's scanner on ``__manifest`` (as for large manifests)
     instead of evaluating in memory (small manifests)."""
     ns, table, home = namespaces[name]
-    small = planning.SMALL_MANIFEST_ROWS
+    small = manifest.SMALL_MANIFEST_ROWS
     if lance_query:
-        planning.SMALL_MANIFEST_ROWS = 0
+        manifest.SMALL_MANIFEST_ROWS = 0
         ns = PartitionedNamespace.open(ns.uri)  # manifest not loaded
     try:
         expected = matching_ids(table, flt)
@@ -176,4 +176,4 @@ def test_pruned_scan_equals_full_filter(namespaces, name, flt, lance_query):
         got = sorted(ns.to_table(filter=flt)["id"].to_pylist())
         assert got == expected, (name, flt, lance_query)
     finally:
-        planning.SMALL_MANIFEST_ROWS = small
+        manifest.SMALL_MANIFEST_ROWS = small

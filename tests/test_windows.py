@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import SpecError
-from dagster_lance_partitioned.core.planning import SMALL_MANIFEST_ROWS
+from dagster_lance_partitioned.core.manifest import SMALL_MANIFEST_ROWS
 from dagster_lance_partitioned.core.windows import TimeWindow, parse_window, window_values
 from dagster_lance_partitioned.orchestration.layout import (
     Dimension,

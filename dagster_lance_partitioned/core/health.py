@@ -305,7 +305,9 @@ def table_pins(store: ManifestStore, version: int, strict: bool = True) -> dict[
         if location is None:
             continue
         try:
-            _check_row(row["object_id"], location, row.get("read_branch"), row.get("read_tag"))
+            storage.check_table_refs(
+                row["object_id"], location, row.get("read_branch"), row.get("read_tag")
+            )
         except PathEscapeError:
             if strict:
                 raise
@@ -314,12 +316,6 @@ def table_pins(store: ManifestStore, version: int, strict: bool = True) -> dict[
         pin = Pin(None if rv is None else int(rv), row.get("read_branch"), row.get("read_tag"))
         out.setdefault(location, set()).add(pin)
     return out
-
-
-def _check_row(object_id: str, location: str, branch: str | None, tag: str | None) -> None:
-    storage.check_location(location, object_id)
-    storage.check_ref_name(branch, object_id, "read_branch")
-    storage.check_ref_name(tag, object_id, "read_tag")
 
 
 def referenced_pins(
@@ -336,7 +332,7 @@ def referenced_pins(
     if known is not None and known.version in set(versions):
         for t in known.tables():
             try:
-                _check_row(t.object_id, t.location, t.read_branch, t.read_tag)
+                storage.check_table_refs(t.object_id, t.location, t.read_branch, t.read_tag)
             except PathEscapeError:
                 if strict:
                     raise
@@ -395,9 +391,8 @@ def open_entry(
     root: str, entry: TableEntry, storage_options: dict[str, str] | None = None
 ) -> lance.LanceDataset:
     """A registered table at the state its manifest row pins (raises when it cannot)."""
+    storage.check_table_refs(entry.object_id, entry.location, entry.read_branch, entry.read_tag)
     uri = storage.table_uri(root, entry.location, entry.object_id)
-    storage.check_ref_name(entry.read_branch, entry.object_id, "read_branch")
-    storage.check_ref_name(entry.read_tag, entry.object_id, "read_tag")
     if entry.read_branch is not None:
         ds = lance.dataset(uri, storage_options=storage_options)
         return ds.checkout_version((entry.read_branch, entry.read_version))
@@ -545,7 +540,9 @@ def check_read_versions(
         entry, spec = item
         values = entry.partition_values(spec)
         try:
-            _check_row(entry.object_id, entry.location, entry.read_branch, entry.read_tag)
+            storage.check_table_refs(
+                entry.object_id, entry.location, entry.read_branch, entry.read_tag
+            )
         except PathEscapeError as e:
             issue = VersionIssue(
                 entry.object_id, entry.location, values, "location outside the root", str(e)

@@ -343,7 +343,7 @@ class ManifestSnapshot:
         wanted = set(keys)
         if not wanted:
             return {}
-        if self._tables is not None or self._small():
+        if self._tables is not None or self.is_small():
             index = self.table_index(spec.spec_id)
             return {k: index[k] for k in wanted if k in index}
         where = _values_filter(spec, len(spec.fields), wanted) & (
@@ -360,7 +360,7 @@ class ManifestSnapshot:
         wanted = {(spec.spec_id, p) for p in prefixes}
         if not wanted:
             return {}
-        if self._ns_index is not None or self._small():
+        if self._ns_index is not None or self.is_small():
             index = self.namespace_ids()
         else:
             where = _values_filter(spec, 1, {p[:1] for _, p in wanted}) & (
@@ -369,8 +369,9 @@ class ManifestSnapshot:
             index = ManifestSnapshot._entries(self.rows_where(where), {spec.spec_id: spec})[1]
         return {k: index[k] for k in wanted if k in index}
 
-    def _small(self) -> bool:
-        """Whether reading every row is cheaper than querying (and is cached)."""
+    def is_small(self) -> bool:
+        """Whether reading every row is cheaper than querying it (see
+        :data:`SMALL_MANIFEST_ROWS`)."""
         return self.row_count() <= SMALL_MANIFEST_ROWS
 
 

@@ -49,9 +49,6 @@ if TYPE_CHECKING:
     from .row_changes import RowChangeResult
 
 
-_load_snapshot = load_snapshot  # the name earlier code and tests use
-
-
 def _boundary(what: str) -> Callable[[F], F]:
     """Raw Lance / Arrow failures of the decorated method become :class:`StorageError` naming
     the namespace, what was being done and the file (no Rust source locations)."""
@@ -158,7 +155,7 @@ class PartitionedNamespace:
             [{"object_id": spec.namespace, "object_type": "namespace", "metadata": "{}"}],
             schema=manifest_schema,
         )
-        snap = _load_snapshot(store.create(first, metadata))
+        snap = load_snapshot(store.create(first, metadata))
         return cls(root, store.storage_options, snap, pinned=False)
 
     @classmethod
@@ -181,7 +178,7 @@ class PartitionedNamespace:
             )
         store = ManifestStore(root, storage_options)
         ds = store.dataset(version) if version is not None else store.open_latest()
-        snap = _load_snapshot(ds)
+        snap = load_snapshot(ds)
         return cls(root, storage_options, snap, pinned=version is not None)
 
     # -- state --------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from . import storage
 from .filters import FilterLike, parse, to_sql
-from .manifest import SMALL_MANIFEST_ROWS, ManifestSnapshot, TableEntry
+from .manifest import ManifestSnapshot, TableEntry
 from .partition_constants import identity_constants
 from .predicates import FALSE, TRUE, NotRenderable, Pred, from_datafusion, holds
 from .predicates import to_sql as pred_sql
@@ -173,7 +173,7 @@ def _selected_tables(
     in memory, else with Lance's scanner (indexed) when the predicate renders for Lance."""
     if all(p == TRUE for p in predicates.values()):
         return snapshot.tables()
-    if snapshot.loaded or snapshot.row_count() <= SMALL_MANIFEST_ROWS:
+    if snapshot.loaded or snapshot.is_small():
         # a small manifest is read once and the predicate evaluated on its rows in memory
         return [t for t in snapshot.tables() if _keeps(t, snapshot, predicates[t.spec_id])]
     try:
@@ -198,8 +198,7 @@ def projector(spec: PartitionSpec, schema: pa.Schema) -> SpecProjector:
 
 def _task(entry: TableEntry, spec: PartitionSpec, root: str, schema: pa.Schema) -> ScanTask:
     values = entry.partition_values(spec)
-    storage.check_ref_name(entry.read_branch, entry.object_id, "read_branch")
-    storage.check_ref_name(entry.read_tag, entry.object_id, "read_tag")
+    storage.check_table_refs(entry.object_id, entry.location, entry.read_branch, entry.read_tag)
     return ScanTask(
         entry.object_id,
         entry.location,

@@ -76,6 +76,14 @@ def table_uri(root: str, location: str, object_id: str | None = None) -> str:
     return join(root, location)
 
 
+def check_table_refs(object_id: str, location: object, branch: str | None, tag: str | None) -> None:
+    """Refuse a manifest table row whose location, ``read_branch`` or ``read_tag`` could lead
+    outside the namespace root (:class:`PathEscapeError`)."""
+    check_location(location, object_id)
+    check_ref_name(branch, object_id, "read_branch")
+    check_ref_name(tag, object_id, "read_tag")
+
+
 def check_ref_name(name: str | None, object_id: str | None, what: str) -> None:
     """Refuse a ``read_branch`` / ``read_tag`` value that could name a path outside its table."""
     if name is None:
