@@ -672,13 +672,12 @@ def _compile_set(assignments: Mapping[str, str], schema: pa.Schema) -> str:
     plain = arrow_json.strip_field_ids(schema)
     if not assignments:
         raise UpdateExpressionError("update needs at least one column to set", None)
-    for name in assignments:
-        if plain.get_field_index(name) < 0:
-            raise UpdateExpressionError(
-                f"update sets column {name!r}, which the namespace schema does not have "
-                f"(columns: {', '.join(plain.names)})",
-                name,
-            )
+    if (name := _first_unknown(plain, assignments)) is not None:
+        raise UpdateExpressionError(
+            f"update sets column {name!r}, which the namespace schema does not have "
+            f"(columns: {', '.join(plain.names)})",
+            name,
+        )
     parts = []
     for f in plain:
         expr = assignments.get(f.name)
@@ -939,13 +938,12 @@ def merge_rows(
     plain = arrow_json.strip_field_ids(ns.schema_with_ids)
     if not keys:
         raise MergeKeyError("merge needs at least one key column in `on`", None)
-    for name in keys:
-        if plain.get_field_index(name) < 0:
-            raise MergeKeyError(
-                f"merge key {name!r} is not a column of the namespace "
-                f"(columns: {', '.join(plain.names)})",
-                name,
-            )
+    if (name := _first_unknown(plain, keys)) is not None:
+        raise MergeKeyError(
+            f"merge key {name!r} is not a column of the namespace "
+            f"(columns: {', '.join(plain.names)})",
+            name,
+        )
     scope_sql = to_sql(scope)
     if scope_sql is not None and when_not_matched_by_source != "delete":
         raise WriteError("scope only applies with when_not_matched_by_source='delete'")
@@ -1122,3 +1120,8 @@ __all__ = [
     "merge_rows",
     "update_rows",
 ]
+
+
+def _first_unknown(schema: pa.Schema, names: Iterable[str]) -> str | None:
+    """The first of ``names`` that is not a column of ``schema`` (None: all are)."""
+    return next((n for n in names if schema.get_field_index(n) < 0), None)
