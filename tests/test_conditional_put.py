@@ -250,16 +250,22 @@ def test_concurrent_writers_lose_rows_on_a_store_ignoring_if_none_match(
     tmp_path: Path,
     record_property,
 ) -> None:
-    """What DLP_ALLOW_UNSAFE_COMMITS risks: every write reports success, rows vanish."""
+    """What DLP_ALLOW_UNSAFE_COMMITS risks: writes report success, rows vanish.
+
+    On such a store a racing writer can also meet a manifest version another writer overwrote
+    under it; that write fails with the package's StorageError (never a raw Lance error)."""
     uri = f"s3://{bucket}/ns"
     create_race_namespace(uri, storage_options(server.endpoint))
     results = run_writers(tmp_path, uri, storage_options(stripping.endpoint), env={UNSAFE_ENV: "1"})
     assert len(results) == WRITERS * WRITES
-    assert all(r["ok"] for r in results), [r for r in results if not r["ok"]]
+    failed = [r for r in results if not r["ok"]]
+    assert all(r["error"] == "StorageError" for r in failed), failed
+    assert len(failed) <= WRITERS * WRITES // 4, failed
     counts = count_losses(PartitionedNamespace.open(uri, storage_options(server.endpoint)), results)
     for name, value in counts.items():
         record_property(name, value)
     print(f"\nthrough the If-None-Match-stripping proxy, {WRITERS}x{WRITES} writes: {counts}")
-    assert counts["acknowledged"] == WRITERS * WRITES * ROWS
+    assert counts["acknowledged"] == (WRITERS * WRITES - len(failed)) * ROWS
     assert counts["lost"] > 0
-    assert counts["found"] + counts["lost"] - counts["duplicates"] == counts["acknowledged"]
+    if not failed:  # (a failed write may still have left rows behind)
+        assert counts["found"] + counts["lost"] - counts["duplicates"] == counts["acknowledged"]
