@@ -148,7 +148,7 @@ def _decode_metadata(md: dict[bytes, bytes] | None, where: str) -> dict[str, str
         raise SchemaError(f"{where}: metadata is not valid UTF-8") from e
 
 
-def _type_to_json(t: pa.DataType, path: str, entries_md: dict[str, str] | None) -> dict:
+def _type_to_json(t: pa.DataType, path: str, entries_md: dict[str, str] | None) -> dict[str, Any]:
     if pa.types.is_dictionary(t):
         return _type_to_json(t.value_type, path, entries_md)
     if isinstance(t, pa.ExtensionType):
@@ -203,7 +203,7 @@ def _type_to_json(t: pa.DataType, path: str, entries_md: dict[str, str] | None) 
     raise SchemaError(f"{_loc(path)}: unsupported Arrow type {t}")
 
 
-def _field_to_json(f: pa.Field, parent: str) -> dict:
+def _field_to_json(f: pa.Field, parent: str) -> dict[str, Any]:
     path = _join(parent, f.name)
     md = _decode_metadata(f.metadata, _loc(path))
     entries_md: dict[str, str] | None = None
@@ -222,17 +222,17 @@ def _field_to_json(f: pa.Field, parent: str) -> dict:
     return out
 
 
-def type_to_json(t: pa.DataType) -> dict:
+def type_to_json(t: pa.DataType) -> dict[str, Any]:
     """The JsonArrowDataType of an Arrow type (dictionaries as their value type)."""
     return _type_to_json(t, "", None)
 
 
-def field_to_json(f: pa.Field) -> dict:
+def field_to_json(f: pa.Field) -> dict[str, Any]:
     """The JsonArrowField of an Arrow field, metadata included as a str->str dict."""
     return _field_to_json(f, "")
 
 
-def schema_to_json(schema: pa.Schema) -> dict:
+def schema_to_json(schema: pa.Schema) -> dict[str, Any]:
     """The JsonArrowSchema of an Arrow schema."""
     out: dict[str, Any] = {"fields": [field_to_json(f) for f in schema]}
     md = _decode_metadata(schema.metadata, "schema")
@@ -245,14 +245,16 @@ def schema_to_json(schema: pa.Schema) -> dict:
 # JSON -> Arrow
 
 
-def _require_length(obj: dict, raw: str, path: str) -> int:
+def _require_length(obj: dict[str, Any], raw: str, path: str) -> int:
     length = obj.get("length")
     if isinstance(length, bool) or not isinstance(length, int) or length < 0:
         raise SchemaError(f"{_loc(path)}: type {raw!r} needs a non-negative integer 'length'")
     return length
 
 
-def _child_fields(obj: dict, raw: str, path: str, count: int | None) -> list[dict]:
+def _child_fields(
+    obj: dict[str, Any], raw: str, path: str, count: int | None
+) -> list[dict[str, Any]]:
     fields = obj.get("fields")
     if not isinstance(fields, list) or not all(isinstance(x, dict) for x in fields):
         raise SchemaError(f"{_loc(path)}: type {raw!r} needs a 'fields' list of JsonArrowField")
@@ -269,7 +271,7 @@ def _unit(unit: str, allowed: tuple[str, ...], raw: str, path: str) -> str:
     return unit
 
 
-def _metadata_from_json(obj: dict, where: str) -> dict[str, str]:
+def _metadata_from_json(obj: dict[str, Any], where: str) -> dict[str, str]:
     md = obj.get("metadata")
     if md is None:
         return {}
@@ -333,7 +335,7 @@ def _type_from_json(obj: Any, path: str) -> tuple[pa.DataType, str | None]:
 
 
 def _map_from_json(
-    obj: dict, raw: str, path: str, keys_sorted: bool
+    obj: dict[str, Any], raw: str, path: str, keys_sorted: bool
 ) -> tuple[pa.DataType, str | None]:
     (entries,) = _child_fields(obj, raw, path, 1)
     entries_path = _join(path, "entries")
@@ -370,17 +372,17 @@ def _field_from_json(obj: Any, parent: str) -> pa.Field:
         raise SchemaError(f"{_loc(path)}: {e}") from e
 
 
-def type_from_json(obj: dict) -> pa.DataType:
+def type_from_json(obj: dict[str, Any]) -> pa.DataType:
     """The Arrow type of a JsonArrowDataType."""
     return _type_from_json(obj, "")[0]
 
 
-def field_from_json(obj: dict) -> pa.Field:
+def field_from_json(obj: dict[str, Any]) -> pa.Field:
     """The Arrow field of a JsonArrowField."""
     return _field_from_json(obj, "")
 
 
-def schema_from_json(obj: dict | str | bytes) -> pa.Schema:
+def schema_from_json(obj: dict[str, Any] | str | bytes) -> pa.Schema:
     """The Arrow schema of a JsonArrowSchema, given as a dict or as its JSON text."""
     if isinstance(obj, str | bytes | bytearray):
         try:

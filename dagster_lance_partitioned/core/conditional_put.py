@@ -65,9 +65,11 @@ _DEFAULT_RETRY_TIMEOUT_S = 30.0
 _REGION_LOOKUP_BASE = "https://s3.amazonaws.com"
 
 _lock = threading.Lock()
-_store_locks: dict[tuple, threading.Lock] = {}
-_results: dict[tuple, str | None] = {}  # store key -> None (supported) or the refusal message
-_warned: set[tuple] = set()
+_store_locks: dict[tuple[Any, ...], threading.Lock] = {}
+_results: dict[
+    tuple[Any, ...], str | None
+] = {}  # store key -> None (supported) or the refusal message
+_warned: set[tuple[Any, ...]] = set()
 
 
 def ensure_conditional_put(root: str, storage_options: dict[str, str] | None) -> None:
@@ -121,7 +123,7 @@ def _unsafe_allowed() -> bool:
     return os.environ.get(UNSAFE_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
-def _warn_once(key: tuple, message: str) -> None:
+def _warn_once(key: tuple[Any, ...], message: str) -> None:
     with _lock:
         if key in _warned:
             return
@@ -134,7 +136,7 @@ def _is_secret(name: str) -> bool:
     return any(marker in lower for marker in _SECRET_MARKERS)
 
 
-def _store_key(scheme: str, root: str, options: Mapping[str, str]) -> tuple:
+def _store_key(scheme: str, root: str, options: Mapping[str, str]) -> tuple[Any, ...]:
     """What tells object stores apart: scheme, bucket, and the non-secret options and
     environment variables (the endpoint among them)."""
     env = tuple(
@@ -239,7 +241,7 @@ def _open_store(root: str, scheme: str, options: dict[str, str]) -> Any:
         if region:
             cfg.config["aws_region"] = region
     try:
-        return from_url(
+        return from_url(  # type: ignore[call-overload]  # config dicts built at run time
             root,
             config=cfg.config or None,
             client_options=cfg.client_options or None,
@@ -264,7 +266,7 @@ def _split_options(root: str, options: dict[str, str]) -> _StoreConfig:
             client[key] = value
             continue
         try:
-            from_url(root, config={key: value})
+            from_url(root, config={key: value})  # type: ignore[call-overload]
         except Exception as e:
             if type(e).__name__ == "UnknownConfigurationKeyError":
                 continue  # not an object_store option
@@ -276,7 +278,7 @@ def _split_options(root: str, options: dict[str, str]) -> _StoreConfig:
         config[key] = value
     for key in list(client):
         try:
-            from_url(root, client_options={key: client[key]})  # type: ignore[misc]
+            from_url(root, client_options={key: client[key]})  # type: ignore[call-overload]
         except ValueError:
             del client[key]
         except Exception:
@@ -308,7 +310,8 @@ def bucket_region(bucket: str, lookup_base: str = _REGION_LOOKUP_BASE) -> str | 
     request = urllib.request.Request(f"{lookup_base.rstrip('/')}/{bucket}", method="HEAD")
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
-            return response.headers.get("x-amz-bucket-region")
+            region = response.headers.get("x-amz-bucket-region")
+            return str(region) if region else None
     except urllib.error.HTTPError as e:  # 301/403 still name the region
         return e.headers.get("x-amz-bucket-region")
     except (urllib.error.URLError, OSError):

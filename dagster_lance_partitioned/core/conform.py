@@ -61,7 +61,7 @@ def castable(src: pa.DataType, dst: pa.DataType) -> bool:
 
 
 def _is_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
 
 
 def check_write_schema(data: pa.Schema, target: pa.Schema, dropped: Collection[str] = ()) -> None:

@@ -7,6 +7,7 @@ All derive from :class:`PartitionedNamespaceError`.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pyarrow as pa
 
@@ -82,7 +83,7 @@ class UnnamedPartitionError(WriteError):
     """A row belongs to a partition the write was not allowed to touch (``partitions=``);
     ``values`` are that partition's values (field id -> value), ``sample`` one such row."""
 
-    def __init__(self, message: str, values: dict, sample: dict) -> None:
+    def __init__(self, message: str, values: dict[int, Any], sample: dict[str, Any]) -> None:
         super().__init__(message)
         self.values = values
         self.sample = sample
@@ -187,7 +188,7 @@ class DuplicateKeyError(RowChangeError):
     """A merge key occurs more than once in the merge input; ``key`` is one such key
     (column -> value)."""
 
-    def __init__(self, message: str, key: dict) -> None:
+    def __init__(self, message: str, key: dict[str, Any]) -> None:
         super().__init__(message)
         self.key = key
 

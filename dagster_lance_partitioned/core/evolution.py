@@ -24,7 +24,8 @@ import pyarrow as pa
 
 from . import arrow_json
 from .errors import SchemaError
-from .manifest import ManifestEdit, ManifestSnapshot
+from .manifest import ManifestSnapshot
+from .manifest_ops import ManifestEdit
 from .ns_schema import (
     DEPRECATED_KEY,
     SCHEMA_KEY,

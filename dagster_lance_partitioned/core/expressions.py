@@ -220,7 +220,7 @@ def result_type_compatible(actual: pa.DataType, declared: pa.DataType) -> bool:
     ]
     if any(fam(actual) and fam(declared) for fam in families):
         return True
-    return (
+    return bool(
         pa.types.is_timestamp(actual)
         and pa.types.is_timestamp(declared)
         and actual.tz == declared.tz

@@ -8,7 +8,7 @@ import decimal
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import datafusion as dfn
 import datafusion.unparser as dfn_unparser
@@ -333,9 +333,9 @@ def _check_shape(sql: str, plan: Any) -> None:
         other = next((k for k in kinds if k in _REFUSED_NODES), None)
         what = _REFUSED_NODES[other] if other else "plan " + " / ".join(kinds)
         raise _refused(sql, f"{what} is not allowed")
-    what = _refused_expr(plan.inputs()[0].to_variant().predicate())
-    if what:
-        raise _refused(sql, f"{what} is not allowed")
+    refused = _refused_expr(plan.inputs()[0].to_variant().predicate())
+    if refused:
+        raise _refused(sql, f"{refused} is not allowed")
 
 
 def _refused_expr(expr: dfn.Expr) -> str | None:
@@ -375,7 +375,7 @@ def _first_line(e: Exception) -> str:
 def _find_filter(plan: Any) -> dfn.Expr | None:
     variant = plan.to_variant()
     if type(variant).__name__ == "Filter":
-        return variant.predicate()
+        return cast(dfn.Expr, variant.predicate())
     for child in plan.inputs():
         found = _find_filter(child)
         if found is not None:

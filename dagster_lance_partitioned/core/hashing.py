@@ -10,6 +10,7 @@ encodings are hashed column-wise with NumPy; variable-width ones value by value.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import mmh3
 import numpy as np
@@ -78,7 +79,7 @@ class HashInput:
         if not self.valid[i]:
             return None
         if self.fixed is not None:
-            return self.fixed[i].tobytes()
+            return bytes(self.fixed[i].tobytes())
         assert self.blobs is not None
         return self.blobs[i]
 
@@ -110,11 +111,11 @@ _FLOAT_TYPES = {pa.float16(): "<f2", pa.float32(): "<f4", pa.float64(): "<f8"}
 
 
 def _is_string_like(t: pa.DataType) -> bool:
-    return pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t)
+    return bool(pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t))
 
 
 def _is_binary_like(t: pa.DataType) -> bool:
-    return pat.is_binary(t) or pat.is_large_binary(t) or pat.is_binary_view(t)
+    return bool(pat.is_binary(t) or pat.is_large_binary(t) or pat.is_binary_view(t))
 
 
 def hashable_type(t: pa.DataType) -> bool:
@@ -153,7 +154,7 @@ def _as_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 def _validity(arr: pa.Array) -> np.ndarray:
     if arr.null_count == 0:
         return np.ones(len(arr), dtype=bool)
-    return arr.is_valid().to_numpy(zero_copy_only=False)
+    return cast(np.ndarray, arr.is_valid().to_numpy(zero_copy_only=False))
 
 
 def _raw_values(arr: pa.Array, dtype: str) -> np.ndarray:
@@ -170,7 +171,7 @@ def _to_micros(values: np.ndarray, unit: str) -> np.ndarray:
     factor = _TO_MICROS[unit]
     if factor > 0:
         return values * np.int64(factor)
-    return np.floor_divide(values, np.int64(-factor))
+    return cast(np.ndarray, np.floor_divide(values, np.int64(-factor)))
 
 
 def _int64_column(arr: pa.Array, valid: np.ndarray) -> np.ndarray | None:
@@ -185,11 +186,11 @@ def _int64_column(arr: pa.Array, valid: np.ndarray) -> np.ndarray | None:
         return _raw_values(arr, _INT_TYPES[t]).astype(np.int64)
     if pat.is_boolean(t):
         filled = arr.fill_null(False) if arr.null_count else arr
-        return filled.to_numpy(zero_copy_only=False).astype(np.int64)
+        return cast(np.ndarray, filled.to_numpy(zero_copy_only=False).astype(np.int64))
     if pat.is_date32(t):
         return _raw_values(arr, "<i4").astype(np.int64)
     if pat.is_date64(t):
-        return np.floor_divide(_raw_values(arr, "<i8"), np.int64(_MS_PER_DAY))
+        return cast(np.ndarray, np.floor_divide(_raw_values(arr, "<i8"), np.int64(_MS_PER_DAY)))
     if pat.is_time32(t):
         return _to_micros(_raw_values(arr, "<i4").astype(np.int64), t.unit)
     if pat.is_time64(t) or pat.is_timestamp(t):
@@ -375,7 +376,7 @@ def _xxh64_matrix(mat: np.ndarray, seed: int = 0) -> np.ndarray:
     h ^= h >> np.uint64(29)
     h *= _X_P3
     h ^= h >> np.uint64(32)
-    return h
+    return cast(np.ndarray, h)
 
 
 # --------------------------------------------------------------------------------------------
@@ -428,7 +429,7 @@ def murmur3_multi(*arrs: pa.Array | pa.ChunkedArray) -> pa.Array:
         lengths = ", ".join(str(len(e)) for e in encs)
         raise ValueError(f"murmur3_multi arguments differ in length: {lengths}")
     valid_mat = np.stack([e.valid for e in encs], axis=1)
-    any_valid = valid_mat.any(axis=1)
+    any_valid = cast(np.ndarray, valid_mat.any(axis=1))
     out = np.zeros(n, dtype=np.int32)
     if n == 0:
         return _result(out, any_valid, pa.int32())
@@ -438,11 +439,13 @@ def murmur3_multi(*arrs: pa.Array | pa.ChunkedArray) -> pa.Array:
         codes = _pattern_codes(valid_mat)
         uniq, first = np.unique(codes, return_index=True)
         for code, row0 in zip(uniq.tolist(), first.tolist(), strict=True):
-            pattern = valid_mat[row0]
+            pattern: np.ndarray = valid_mat[row0]
             if not pattern.any():
                 continue
             rows = np.flatnonzero(codes == code)
-            parts = [e.fixed[rows] for e, ok in zip(encs, pattern, strict=True) if ok]
+            parts = [
+                cast(np.ndarray, e.fixed)[rows] for e, ok in zip(encs, pattern, strict=True) if ok
+            ]
             mat = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
             out[rows] = _murmur3_matrix(mat).view(np.int32)
         return _result(out, any_valid, pa.int32())

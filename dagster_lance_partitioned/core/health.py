@@ -222,9 +222,9 @@ def dataset_files(ds: lance.LanceDataset) -> VersionFiles:
         if deletion is not None and getattr(deletion, "base_id", None) is None:
             files.add(deletion.path(meta.id))
         for overlay in getattr(meta, "overlays", None) or []:
-            data_file = getattr(overlay, "data_file", None)
-            if data_file is not None and getattr(data_file, "base_id", None) is None:
-                files.add("data/" + data_file.path)
+            overlay_file = getattr(overlay, "data_file", None)
+            if overlay_file is not None and getattr(overlay_file, "base_id", None) is None:
+                files.add("data/" + overlay_file.path)
     indices: set[str] = set()
     if ds.has_index:
         for index in ds.describe_indices():

@@ -41,7 +41,8 @@ from .health import (
     table_tags,
     version_files,
 )
-from .manifest import ManifestEdit, ManifestSnapshot, delete_empty_namespaces
+from .manifest import ManifestSnapshot, delete_empty_namespaces
+from .manifest_ops import ManifestEdit
 from .ns_schema import snapshot_schema
 from .planning import ScanTask, plan_scan
 from .scan import iter_task_batches, lance_filter, open_table

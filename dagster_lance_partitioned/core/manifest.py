@@ -196,7 +196,7 @@ class ManifestSnapshot:
     def row_count(self) -> int:
         """How many rows this manifest version has (without reading them)."""
         if self._table is not None:
-            return self._table.num_rows
+            return int(self._table.num_rows)
         with self.reading():
             return self.dataset.count_rows()
 
@@ -258,7 +258,7 @@ class ManifestSnapshot:
 
         def column(sub: pa.Table, name: str) -> list[Any]:
             if name in sub.column_names:
-                return sub.column(name).to_pylist()
+                return list(sub.column(name).to_pylist())
             return [None] * sub.num_rows
 
         for spec in specs.values():

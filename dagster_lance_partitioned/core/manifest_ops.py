@@ -64,7 +64,9 @@ class ManifestEdit:
         new = pa.Table.from_pylist(self.changed_rows(changed, schema), schema=schema)
         return pa.concat_tables([keep.cast(schema), new])
 
-    def changed_rows(self, existing: list[dict[str, Any]], schema: pa.Schema) -> list[dict]:
+    def changed_rows(
+        self, existing: list[dict[str, Any]], schema: pa.Schema
+    ) -> list[dict[str, Any]]:
         """The rows this edit writes, given the ``existing`` rows of the ids it touches."""
         by_id = {row["object_id"]: row for row in existing}
         rows = []
@@ -121,7 +123,7 @@ def build_transaction(
     if edit.metadata:
         if edit.upserts or edit.deletes or edit.new_columns:
             raise ManifestError("a manifest commit changes either rows or table metadata")
-        op = LanceOperation.UpdateConfig(
+        op: Any = LanceOperation.UpdateConfig(
             table_metadata_updates=LanceOperation.UpdateMap(dict(edit.metadata), replace=False)
         )
         return Transaction(
@@ -146,7 +148,7 @@ def build_transaction(
             mode="overwrite",
             storage_options=storage_options,
         )
-        op: Any = LanceOperation.Overwrite(new_table.schema, frags)
+        op = LanceOperation.Overwrite(new_table.schema, frags)
         return Transaction(
             read_version=snap.version, operation=op, transaction_properties=properties
         )
@@ -161,7 +163,10 @@ def build_transaction(
     if present:
         predicate = "object_id IN (" + ", ".join(sql_string(oid) for oid in present) + ")"
         for fragment_id in sorted({address >> 32 for address in addresses}):
-            metadata = ds.get_fragment(fragment_id).delete(predicate)
+            fragment = ds.get_fragment(fragment_id)
+            if fragment is None:
+                raise ManifestError(f"manifest version {snap.version} lacks fragment {fragment_id}")
+            metadata = fragment.delete(predicate)
             if metadata is None:
                 removed.append(fragment_id)
             else:

@@ -30,7 +30,7 @@ _FLOATS = [pa.float16(), pa.float32(), pa.float64()]
 
 def is_deprecated(f: pa.Field) -> bool:
     """Whether ``f`` carries ``lance:deprecated: true`` (a dropped column)."""
-    return (f.metadata or {}).get(_DEPRECATED_BKEY, b"").lower() == b"true"
+    return bool((f.metadata or {}).get(_DEPRECATED_BKEY, b"").lower() == b"true")
 
 
 def live_schema(schema: pa.Schema) -> pa.Schema:
@@ -73,11 +73,11 @@ def is_widening(src: pa.DataType, dst: pa.DataType) -> bool:
     if src in _UNSIGNED and dst in _UNSIGNED:
         return _UNSIGNED.index(dst) > _UNSIGNED.index(src)
     if src in _UNSIGNED and dst in _SIGNED:
-        return dst.bit_width > src.bit_width
+        return bool(dst.bit_width > src.bit_width)
     if src in _FLOATS and dst in _FLOATS:
         return _FLOATS.index(dst) > _FLOATS.index(src)
     if pa.types.is_decimal(src) and pa.types.is_decimal(dst):
-        return (
+        return bool(
             src.scale == dst.scale
             and dst.precision >= src.precision
             and dst.bit_width >= src.bit_width

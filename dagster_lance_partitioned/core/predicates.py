@@ -131,7 +131,7 @@ _CONVERTED = frozenset(
 def _name(expr: dfn.Expr) -> str | None:
     kind = expr.variant_name()
     if kind == "Column":
-        return expr.to_variant().name()
+        return str(expr.to_variant().name())
     if kind == "Alias":
         return _name(expr.to_variant().expr())
     return None
@@ -257,6 +257,8 @@ def holds(pred: Pred, row: dict[str, Any]) -> bool | None:
         return out
     if isinstance(pred, IsNull):
         return (row.get(pred.column) is None) != pred.negated
+    if not isinstance(pred, Cmp | InSet | Like):
+        return True  # an unknown node: keep the partition
     value = row.get(pred.column)
     if value is None:
         return None
@@ -274,16 +276,16 @@ def holds(pred: Pred, row: dict[str, Any]) -> bool | None:
 
 def _compare(a: Any, op: str, b: Any) -> bool:
     if op == "=":
-        return a == b
+        return bool(a == b)
     if op == "!=":
-        return a != b
+        return bool(a != b)
     if op == "<":
-        return a < b
+        return bool(a < b)
     if op == "<=":
-        return a <= b
+        return bool(a <= b)
     if op == ">":
-        return a > b
-    return a >= b
+        return bool(a > b)
+    return bool(a >= b)
 
 
 @functools.lru_cache(maxsize=256)

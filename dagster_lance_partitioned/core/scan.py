@@ -167,6 +167,13 @@ def _task_batches(
     yield from table.select(list(target.names)).to_batches(max_chunksize=batch_size)
 
 
+def _fragment(ds: lance.LanceDataset, fragment_id: int) -> lance.LanceFragment:
+    fragment = ds.get_fragment(fragment_id)
+    if fragment is None:
+        raise PartitionReadError(f"{ds.uri}: version {ds.version} has no fragment {fragment_id}")
+    return fragment
+
+
 def _read_sources(
     ds: lance.LanceDataset,
     wanted: pa.Schema,
@@ -175,11 +182,11 @@ def _read_sources(
 ) -> pa.Table:
     """The table's columns holding ``wanted``'s columns (all its rows, or those of
     ``fragment_ids``, even when it holds none of the columns)."""
-    fragments = None if fragment_ids is None else [ds.get_fragment(i) for i in fragment_ids]
+    fragments = None if fragment_ids is None else [_fragment(ds, i) for i in fragment_ids]
     present = [src for f in wanted if (src := sources.get(f.name)) is not None]
     if present:
         return ds.scanner(columns=present, fragments=fragments).to_table()
-    rows = sum(f.count_rows() for f in fragments) if fragments is not None else ds.count_rows()
+    rows = sum(int(f.count_rows()) for f in fragments) if fragments is not None else ds.count_rows()
     return pa.table({"__rows": pa.nulls(rows, pa.null())})
 
 

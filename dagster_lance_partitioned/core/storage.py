@@ -199,7 +199,7 @@ def mtime(uri: str, storage_options: dict[str, str] | None = None) -> float | No
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound or info.mtime is None:
         return None
-    return info.mtime.timestamp()
+    return float(info.mtime.timestamp())
 
 
 def list_dirs(uri: str, storage_options: dict[str, str] | None = None) -> list[str]:

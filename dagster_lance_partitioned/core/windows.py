@@ -248,4 +248,4 @@ def window_values(window: TimeWindow, source: pa.DataType, starts: list[Any]) ->
 
     compiled = CompiledExpression(window.expression(source), [source], label=window.unit)
     result = compiled.evaluate([pa.array(starts, type=source)])
-    return coerce_result(result, window.result_type(source), window.unit).to_pylist()
+    return list(coerce_result(result, window.result_type(source), window.unit).to_pylist())
