@@ -105,9 +105,10 @@ def to_sql(f: Filter, schema: pa.Schema) -> tuple[str, bool] | None:
         # NULL <=> v is false, not NULL: under NOT the row is kept, as here
         return None if lit is None else (f"{col} IS NOT NULL AND {col} = {lit}", exact)
     if type(f) in _COMPARISONS:
-        if f.value is None:
+        value = getattr(f, "value", None)  # every comparison filter has one
+        if value is None:
             return None
-        lit = literal(f.value, t)
+        lit = literal(value, t)
         return None if lit is None else (f"{col} {_COMPARISONS[type(f)]} {lit}", exact)
     if isinstance(f, In):
         values = list(f.value)
@@ -125,7 +126,7 @@ def to_sql(f: Filter, schema: pa.Schema) -> tuple[str, bool] | None:
 
 
 def _is_string(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 
 
 def _kind(t: pa.DataType) -> str | None:
