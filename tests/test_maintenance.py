@@ -19,8 +19,11 @@ from lance.fragment import write_fragments
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core import health, maintenance
-from dagster_lance_partitioned.core.errors import PartitionedNamespaceError, WriteError
-from dagster_lance_partitioned.core.maintenance import PartialPartitionError
+from dagster_lance_partitioned.core.errors import (
+    PartialPartitionError,
+    PartitionedNamespaceError,
+    WriteError,
+)
 from dagster_lance_partitioned.core.manifest import ManifestEdit
 from dagster_lance_partitioned.core.state import load_snapshot
 from dagster_lance_partitioned.core.writer import DETACHED_BIT

@@ -196,3 +196,18 @@ class DuplicateKeyError(RowChangeError):
 class UpdateExpressionError(RowChangeError):
     """An update's ``set`` names an unknown column, or an expression does not evaluate to a
     value its column can hold."""
+
+
+class FilterError(PartitionedNamespaceError):
+    """A filter does not parse, or names a column the namespace does not have."""
+
+
+class PartialPartitionError(PartitionedNamespaceError):
+    """``drop_partitions``: a filter matches some rows of a partition but not all of them, so
+    the partition cannot be dropped as a whole; nothing was changed. ``partitions`` are the
+    object ids of those partitions, ``values`` their partition values."""
+
+    def __init__(self, message: str, partitions: list[str], values: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.partitions = partitions
+        self.values = values

@@ -15,15 +15,11 @@ import datafusion.unparser as dfn_unparser
 import pyarrow as pa
 from datafusion.common import RexType
 
-from .errors import PartitionedNamespaceError
+from .errors import FilterError
 
 FilterLike = str | Sequence[tuple[str, str, Any]] | None
 _OPS = {"=", "==", "!=", "<>", "<", "<=", ">", ">=", "in", "not in", "is null", "is not null"}
 _TABLE = "__dlp_filter"
-
-
-class FilterError(PartitionedNamespaceError):
-    """A filter does not parse, or names a column the namespace does not have."""
 
 
 def sql_literal(value: Any) -> str:

@@ -25,7 +25,7 @@ from lance import LanceOperation
 from lance.fragment import write_fragments
 
 from . import arrow_json, storage
-from .errors import PartitionedNamespaceError, WriteError
+from .errors import PartialPartitionError, PartitionedNamespaceError, WriteError
 from .filters import FilterLike, to_sql
 from .health import (
     Pin,
@@ -48,18 +48,6 @@ from .planning import ScanTask, plan_scan
 from .scan import iter_task_batches, lance_filter, open_table
 from .state import HasState, NamespaceState, load_snapshot, state_of
 from .writer import WRITER_ID
-
-
-class PartialPartitionError(PartitionedNamespaceError):
-    """``drop_partitions``: a filter matches some rows of a partition but not all of them, so
-    the partition cannot be dropped as a whole; nothing was changed. ``partitions`` are the
-    object ids of those partitions, ``values`` their partition values."""
-
-    def __init__(self, message: str, partitions: list[str], values: list[dict[str, Any]]) -> None:
-        super().__init__(message)
-        self.partitions = partitions
-        self.values = values
-
 
 # --------------------------------------------------------------------------------------------
 # Results
