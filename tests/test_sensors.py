@@ -48,10 +48,10 @@ def flights(context) -> pa.Table:
     partitions_def=daily,
     metadata={"partition_expr": "day"},
     ins={
+        # Dagster infers the mapping of a day to that day's keys of every origin from the two
+        # partitions definitions (spelling out its beta MultiToSingleDimensionPartitionMapping
+        # only added a BetaWarning at import)
         "flights": dg.AssetIn(
-            partition_mapping=dg.MultiToSingleDimensionPartitionMapping(
-                partition_dimension_name="date"
-            ),
             # a day of the origins there are: external writers may fill only some of them
             metadata={"lance/allow_missing_partitions": True},
         )

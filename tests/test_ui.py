@@ -1,7 +1,8 @@
 """The example in the UI: what the example materialized into a persistent Dagster home is what
-``dagster dev -w workspace.yaml`` (same ``DAGSTER_HOME`` and ``DLP_ROOT``) shows, through the
-webserver's own GraphQL endpoint on 127.0.0.1; the code location loads without warnings and
-with the schedules the README names."""
+``dg dev`` (the example is a ``dg`` project) and ``dagster dev -w workspace.yaml`` (same
+``DAGSTER_HOME`` and ``DLP_ROOT``) show, through the webserver's own GraphQL endpoint on
+127.0.0.1; the code location loads without warnings, with the component's assets, checks and
+sensors and the schedules the README names."""
 
 from __future__ import annotations
 
@@ -16,18 +17,51 @@ import urllib.request
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DEV = [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1"]
+BIN = Path(sys.executable).parent
+LOCAL = ["-h", "127.0.0.1"]
+DEV = {  # the README's two ways to open the example in the UI
+    "dg dev": [str(BIN / "dg"), "dev", *LOCAL],
+    "dagster dev -w workspace.yaml": [
+        sys.executable,
+        "-m",
+        "dagster",
+        "dev",
+        "-w",
+        "workspace.yaml",
+        *LOCAL,
+    ],
+}
+
+ASSETS = [
+    "flights",
+    "weather",
+    "planes",
+    "airlines",
+    "flight_delays_enriched",
+    "monthly_carrier_delays",
+]
+CHECKS = {
+    "lance_schema_consistency",
+    "lance_read_version_consistency",
+    "lance_partition_integrity",
+    "lance_dagster_coverage",
+}
 
 QUERY = """
 {
-  assetNodes(assetKeys: [{path: ["planes"]}, {path: ["airlines"]}]) {
+  assetNodes {
     assetKey { path }
+    kinds
+    assetChecksOrError { ... on AssetChecks { checks { name } } }
     assetMaterializations(limit: 1) { runId metadataEntries { label } }
   }
   repositoriesOrError {
-    ... on RepositoryConnection { nodes { schedules { name } sensors { name } } }
+    ... on RepositoryConnection {
+      nodes { schedules { name } sensors { name } jobs { name } }
+    }
   }
   workspaceOrError {
     ... on Workspace {
@@ -60,10 +94,12 @@ def _graphql(port: int, query: str) -> dict:
 def _materialize_reference_tables(home: Path, root: Path) -> None:
     """What the example's reference-table run does, into the persistent home (no Spark)."""
     code = (
-        "import sys, dagster as dg; sys.path.insert(0, sys.argv[1]); import definitions as d\n"
+        "import sys, dagster as dg; sys.path.insert(0, sys.argv[1])\n"
+        "from nyc_flights.definitions import defs\n"
+        "d = defs()\n"
         "with dg.DagsterInstance.get() as i:\n"
-        "    assert dg.materialize(d.ASSETS, selection=[d.planes, d.airlines], instance=i,"
-        " resources=d.RESOURCES).success\n"
+        "    assert dg.materialize(list(d.assets), selection=['planes', 'airlines'], instance=i,"
+        " resources=d.resources).success\n"
     )
     env = {**os.environ, "DAGSTER_HOME": str(home), "DLP_ROOT": str(root)}
     proc = subprocess.run(
@@ -72,7 +108,8 @@ def _materialize_reference_tables(home: Path, root: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def test_dagster_dev_shows_what_the_example_materialized(tmp_path):
+@pytest.mark.parametrize("command", list(DEV))
+def test_dev_server_shows_what_the_example_materialized(tmp_path, command):
     home, root = tmp_path / ".dagster", tmp_path / "pipeline"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
@@ -81,11 +118,17 @@ def test_dagster_dev_shows_what_the_example_materialized(tmp_path):
         runs = {r.run_id for r in instance.get_runs()}
 
     port = _free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "DLP_ROOT": str(root)}
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "DLP_ROOT": str(root),
+        "VIRTUAL_ENV": sys.prefix,  # dg checks the active environment is the project's
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     log = tmp_path / "dev.log"
     with log.open("w") as out:
         dev = subprocess.Popen(
-            [*DEV, "-p", str(port)],
+            [*DEV[command], "-p", str(port)],
             cwd=ROOT,
             env=env,
             stdout=out,
@@ -106,15 +149,29 @@ def test_dagster_dev_shows_what_the_example_materialized(tmp_path):
             time.sleep(1)
         assert data is not None, log.read_text()[-3000:]
         [location] = data["workspaceOrError"]["locationEntries"]
+        assert location["name"] == "nyc_flights"
         assert location["locationOrLoadError"]["__typename"] == "RepositoryLocation", location
-        nodes = {tuple(n["assetKey"]["path"]): n for n in data["assetNodes"]}
-        for key in [("planes",), ("airlines",)]:
+        nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
+        assert set(nodes) == set(ASSETS)
+        for key in ["planes", "airlines"]:
             [mat] = nodes[key]["assetMaterializations"]
             assert mat["runId"] in runs  # the example's run, in the shared instance
             assert "lance/manifest_version" in {e["label"] for e in mat["metadataEntries"]}
+        for key, node in nodes.items():
+            assert "lance" in node["kinds"], key  # set by the component
+            checks = {c["name"] for c in node["assetChecksOrError"]["checks"]}
+            assert checks == CHECKS, key
         [repo] = data["repositoriesOrError"]["nodes"]
-        schedules = {s["name"] for s in repo["schedules"]}
-        assert {"daily_flights_schedule", "weather_schedule"} <= schedules
+        assert {s["name"] for s in repo["schedules"]} == {
+            "daily_flights_schedule",
+            "weather_schedule",
+            "lance_maintenance_nightly",
+        }
+        sensors = {s["name"] for s in repo["sensors"]}
+        assert {"lance_external_changes", "lance_schema_evolution"} <= sensors
+        assert {"flights_job", "weather_job", "lance_maintenance"} <= {
+            j["name"] for j in repo["jobs"]
+        }
     finally:
         dev.send_signal(signal.SIGINT)
         try:
@@ -126,9 +183,14 @@ def test_dagster_dev_shows_what_the_example_materialized(tmp_path):
     project_warnings = [
         line
         for line in text.splitlines()
-        if "Warning" in line and "SupersessionWarning" not in line and "dev_command" not in line
+        if "Warning" in line
+        and "SupersessionWarning" not in line
+        and "dev_command" not in line
+        and "SparkDeclarativePipelineScaffolder" not in line
     ]
-    # the only warning left is Dagster's own note that `dagster dev` is superseded by `dg dev`
+    # the only warnings left are Dagster's own: `dagster dev` is superseded by `dg dev`; and
+    # `dg`, checking the defs.yaml files before it starts, lists the installed component
+    # libraries and so may instantiate dagster-spark's preview scaffolder (PreviewWarning)
     assert project_warnings == [], text[-3000:]
 
 
