@@ -456,3 +456,37 @@ def test_tuple_filter_with_zone_aware_datetime_on_a_zoned_column(tmp_path):
     lo = dt.datetime(2025, 12, 10, 15, tzinfo=UTC)
     got = sorted(ns.to_table([("ts", ">=", lo)])["id"].to_pylist())
     assert got == [r["id"] for r in t.to_pylist() if r["ts"] >= lo]
+
+
+def test_draft_expressions_prune_as_the_transforms_they_spell():
+    """A draft field whose SQL is exactly a transform's prunes through that transform: ranges
+    through the year, LIKE through a string truncation, identity exactly."""
+    from dagster_lance_partitioned import PartitionSpec, SpecField
+    from dagster_lance_partitioned.core import arrow_json
+    from dagster_lance_partitioned.core.predicates import TRUE, And, Cmp, Like
+    from dagster_lance_partitioned.core.pruning import SpecProjector
+
+    schema, _ = arrow_json.assign_field_ids(
+        pa.schema([("d", pa.date32()), ("name", pa.utf8()), ("n", pa.int64())]), 0
+    )
+    draft = PartitionSpec(
+        3,
+        (
+            SpecField("y", (0,), pa.int32(), expression="date_part('year', col0)", column="y"),
+            SpecField("p", (1,), pa.utf8(), expression="LEFT(col0,  2)", column="p"),
+            SpecField("k", (2,), pa.int64(), expression="col0", column="k"),
+        ),
+        draft=True,
+    )
+    projector = SpecProjector(draft, schema)
+    assert projector.project(Cmp("d", ">=", dt.date(2024, 3, 1))) == Cmp("y", ">=", 2024)
+    assert projector.project(Like("name", "abc%")) == Cmp("p", "=", "ab")
+    assert projector.project(Cmp("n", "!=", 4)) == Cmp("k", "!=", 4)
+    # an expression that is no transform claims no order: a range keeps every partition
+    other = PartitionSpec(
+        4, (SpecField("u", (1,), pa.utf8(), expression="upper(col0)", column="u"),), draft=True
+    )
+    assert SpecProjector(other, schema).project(Cmp("name", ">", "a")) == TRUE
+    assert SpecProjector(other, schema).project(
+        And((Cmp("name", "=", "ab"), Cmp("n", "=", 1)))
+    ) == Cmp("u", "=", "AB")

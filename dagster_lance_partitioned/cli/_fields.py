@@ -31,8 +31,8 @@ from ..core.predicates import (
     holds,
     to_sql,
 )
-from ..core.pruning import known_transform
 from ..core.spec import PartitionSpec, SpecField, source_names, source_types
+from ..core.transforms import ExpressionTransform, Granularity
 from ..core.windows import TimeWindow, parse_window, window_values
 from ._args import CliError
 from ._output import first_line
@@ -348,17 +348,17 @@ def _leaf_hint(leaf: Leaf, n: _Named) -> Pred:
     if len(n.names) != 1:
         return TRUE
     source, source_type = n.names[0], n.types[0]
-    transform = known_transform(n.field)
+    transform = n.field.transform_for(n.types)
     window = _window_of_named(n)
-    if transform is None and window is None:
+    if isinstance(transform, ExpressionTransform) and window is None:
         return TRUE  # an expression: NULL in need not mean NULL out
     if isinstance(leaf, IsNull):
         return IsNull(source, leaf.negated)
-    if transform is not None and transform.type_name == "identity":
+    if transform.is_identity:
         return dataclasses.replace(leaf, column=source)
     if window is not None and window.monotone(source_type):
         span = _window_span(window, source_type)
-    elif transform is not None and transform.type_name == "year":
+    elif transform.granularity is Granularity.YEAR:
         span = _year_span(source_type)
     else:
         return TRUE

@@ -14,7 +14,6 @@ namespace changes nothing.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import lance
@@ -22,32 +21,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import arrow_json
-from .errors import ManifestError, SpecError, WriteError
+from .errors import ManifestError, WriteError
 from .manifest import (
     PK_KEY,
     SCHEMA_KEY,
     SEP,
     WRITER_FLAG_KEY,
-    ManifestEdit,
     ManifestSnapshot,
     ManifestStore,
     base_manifest_schema,
     writer_flags,
 )
+from .manifest_ops import ManifestEdit
 from .spec import PartitionSpec, SpecField, source_types, specs_from_metadata
 from .state import HasState, NamespaceState, state_of
-from .transforms import Day, Hour, Identity, Month, Transform, Truncate, Year
-
-_DATE_PARTS: dict[str, type[Transform]] = {"year": Year, "month": Month, "day": Day, "hour": Hour}
-_DATE_PART_RE = re.compile(
-    r"^date_part\(\s*'(year|month|day|hour)'\s*,\s*col0\s*\)$", re.IGNORECASE
-)
-_LEFT_RE = re.compile(r"^left\(\s*col0\s*,\s*(\d+)\s*\)$", re.IGNORECASE)
-_TRUNC_NUM_RE = re.compile(r"^col0\s*-\s*\(\s*col0\s*%\s*(\d+)\s*\)$")
-
-
-def _is_string(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+from .transforms import ExpressionTransform
 
 
 class _NothingToUpgrade(Exception):
@@ -68,37 +56,14 @@ class Conversion:
         return not self.specs
 
 
-def known_transform(sf: SpecField, types: list[pa.DataType]) -> Transform | None:
-    """The well-known transform an expression field is exactly equal to, if any."""
-    if sf.expression is None or len(types) != 1 or pa.types.is_null(types[0]):
-        return None
-    expr = " ".join(sf.expression.split())
-    candidate: Transform | None = None
-    if expr == "col0":
-        candidate = Identity()
-    elif m := _DATE_PART_RE.match(expr):
-        candidate = _DATE_PARTS[m.group(1).lower()]()
-    elif (m := _LEFT_RE.match(expr)) or (m := _TRUNC_NUM_RE.match(expr)):
-        if int(m.group(1)) <= 0:
-            return None
-        candidate = Truncate(int(m.group(1)))
-        if (m.re is _LEFT_RE) != _is_string(types[0]):
-            return None  # truncate stands for left() on strings only, and vice versa
-    if candidate is None:
-        return None
-    try:
-        candidate.check_sources(types, sf.field_id)
-    except SpecError:
-        return None
-    if candidate.result_type(types) != sf.result_type:
-        return None  # the draft declared another type: keep the expression as it is
-    return candidate
-
-
 def convert_field(sf: SpecField, schema: pa.Schema, field_id: str) -> SpecField:
-    """A draft field in the current shape under ``field_id`` (a transform when one matches)."""
-    transform = known_transform(sf, source_types(sf, schema))
-    if transform is not None:
+    """A draft field in the current shape under ``field_id``: a transform when its expression is
+    exactly a well-known one of the result type it declares, else the same expression."""
+    types = source_types(sf, schema)
+    transform = sf.transform_for(types)
+    if not isinstance(transform, ExpressionTransform) and (
+        transform.result_type(types) == sf.result_type
+    ):
         return SpecField(field_id, sf.source_ids, sf.result_type, transform=transform)
     return SpecField(field_id, sf.source_ids, sf.result_type, expression=sf.expression)
 
@@ -113,7 +78,7 @@ def plan_conversion(specs: dict[int, PartitionSpec], schema: pa.Schema) -> Conve
     for spec in sorted(specs.values(), key=lambda s: s.spec_id):
         if not spec.draft:
             continue
-        fields = []
+        fields: list[SpecField] = []
         for draft_field in spec.fields:
             candidate = convert_field(draft_field, schema, "_")
             reused = next(

@@ -346,7 +346,7 @@ def _is_date(text: str) -> bool:
 
 def _parse_values(leaves: list[HiveLeaf], index: int, key: str, t: pa.DataType) -> list[Any]:
     """Each leaf's value of key number ``index`` as a Python value of type ``t``."""
-    out = []
+    out: list[Any] = []
     for leaf in leaves:
         raw = leaf.raw_values[index]
         if raw is None:

@@ -62,7 +62,9 @@ def parse_partition_by(raw: str | Sequence[Any]) -> list[PartitionField]:
 
 
 def _split_top_level(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1

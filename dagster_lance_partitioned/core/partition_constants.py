@@ -18,17 +18,30 @@ def identity_constants(
     spec: PartitionSpec, schema: pa.Schema, values: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Column name -> value for each identity field of ``spec`` (``schema`` with field ids)."""
-    names = {arrow_json.field_id(f): f.name for f in schema}
-    out: dict[str, Any] = {}
+    return {name: values[fid] for fid, name in identity_columns(spec, schema) if fid in values}
+
+
+_MEMO_SIZE = 64
+_memo: dict[tuple[int, int], tuple[PartitionSpec, pa.Schema, list[tuple[str, str]]]] = {}
+
+
+def identity_columns(spec: PartitionSpec, schema: pa.Schema) -> list[tuple[str, str]]:
+    """(field id, source column name) of each identity field of ``spec`` over ``schema``.
+
+    Remembered per spec and schema object: planning asks once per partition."""
+    key = (id(spec), id(schema))
+    hit = _memo.get(key)
+    if hit is not None and hit[0] is spec and hit[1] is schema:
+        return hit[2]
+    by_id = {arrow_json.field_id(f): f for f in schema}
+    out: list[tuple[str, str]] = []
     for f in spec.fields:
-        if f.field_id not in values:
-            continue
-        identity = (f.transform is not None and f.transform.type_name == "identity") or (
-            f.transform is None and " ".join((f.expression or "").split()) == "col0"
-        )
-        name = names.get(f.source_ids[0]) if identity and len(f.source_ids) == 1 else None
-        if name is not None:
-            out[name] = values[f.field_id]
+        source = by_id.get(f.source_ids[0]) if len(f.source_ids) == 1 else None
+        if source is not None and f.transform_for([source.type]).is_identity:
+            out.append((f.field_id, source.name))
+    if len(_memo) >= _MEMO_SIZE:
+        _memo.clear()
+    _memo[key] = (spec, schema, out)
     return out
 
 

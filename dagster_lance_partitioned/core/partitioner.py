@@ -89,14 +89,14 @@ class Rows:
 
     @property
     def num_rows(self) -> int:
-        return self.batch.num_rows if self.indices is None else len(self.indices)
+        return int(self.batch.num_rows) if self.indices is None else len(self.indices)
 
     @property
     def nbytes(self) -> int:
         """Estimated size once gathered."""
         if self.indices is None or self.batch.num_rows == 0:
-            return self.batch.nbytes
-        return self.batch.nbytes * len(self.indices) // self.batch.num_rows
+            return int(self.batch.nbytes)
+        return int(self.batch.nbytes) * len(self.indices) // int(self.batch.num_rows)
 
     def materialize(self) -> pa.RecordBatch:
         """The rows as their own batch."""

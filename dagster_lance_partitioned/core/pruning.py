@@ -1,16 +1,16 @@
 """Partition pruning: project a filter on source columns onto each spec version's partition
 columns, and select the partition tables with one query against ``__manifest``.
 
-Single-field rules live with the transforms (``Transform.project``); this module adds what spans
-several fields (year/month/day/hour chains, multi-column hashes) and custom expressions
-(evaluated on the literals; ``CASE WHEN`` range/list expressions analysed branch by branch).
-A projection may keep too much, never too little: what it cannot use becomes TRUE."""
+Single-field rules live with the transforms (``Transform.project``, driven by what the transform
+preserves); this module adds what spans several fields (year/month/day/hour chains, multi-column
+hashes) and what an expression's SQL still reveals about ranges (calendar windows; ``CASE WHEN``
+range/list expressions analysed branch by branch). A projection may keep too much, never too
+little: what it cannot use becomes TRUE."""
 
 from __future__ import annotations
 
 import datetime as dt
 import itertools
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,26 +38,10 @@ from .predicates import (
     to_sql,
 )
 from .spec import PartitionSpec, SpecField, source_names, source_types
-from .transforms import Day, Hour, Identity, Month, Transform, Year
+from .transforms import ExpressionTransform, Granularity, Transform, value_set
 from .windows import parse_window
 
-_CHAIN = ("year", "month", "day", "hour")
 _MAX_COMBINATIONS = 1024
-_WELL_KNOWN = {
-    "col0": Identity(),
-    "date_part('year',col0)": Year(),
-    "date_part('month',col0)": Month(),
-    "date_part('day',col0)": Day(),
-    "date_part('hour',col0)": Hour(),
-}
-
-
-def known_transform(f: SpecField) -> Transform | None:
-    """The field's transform, also for expressions that spell a well-known one (draft specs)."""
-    if f.transform is not None:
-        return f.transform
-    assert f.expression is not None
-    return _WELL_KNOWN.get(re.sub(r"\s+", "", f.expression).lower())
 
 
 @dataclass
@@ -65,7 +49,7 @@ class _Field:
     spec_field: SpecField
     sources: list[str | None]
     types: list[pa.DataType]
-    transform: Transform | None
+    transform: Transform
     compiled: CompiledExpression | None = None
     case: _CaseShape | None = None
 
@@ -78,7 +62,8 @@ class _Field:
         values = coerce_result(
             self.compiled.evaluate(arrays), self.spec_field.result_type, self.spec_field.field_id
         )
-        return values.to_pylist()
+        out: list[Any] = values.to_pylist()
+        return out
 
 
 class SpecProjector:
@@ -86,10 +71,10 @@ class SpecProjector:
 
     def __init__(self, spec: PartitionSpec, schema: pa.Schema) -> None:
         self.spec = spec
-        self.fields = [
-            _Field(f, source_names(f, schema), source_types(f, schema), known_transform(f))
-            for f in spec.fields
-        ]
+        self.fields: list[_Field] = []
+        for f in spec.fields:
+            types = source_types(f, schema)
+            self.fields.append(_Field(f, source_names(f, schema), types, f.transform_for(types)))
 
     def project(self, pred: Pred) -> Pred:
         """A predicate on partition columns kept by every partition that may match ``pred``."""
@@ -113,10 +98,10 @@ class SpecProjector:
         for f in self._single(leaf.column):
             col = f.spec_field.column
             try:
-                if f.transform is not None:
-                    out.append(f.transform.project(leaf, col, lambda vs, f=f: f.evaluate(vs)))
-                else:
-                    out.append(self._expression(f, leaf))
+                projected = f.transform.project(leaf, col, f.evaluate)
+                if isinstance(f.transform, ExpressionTransform):
+                    projected = conj([projected, self._expression_range(f, leaf)])
+                out.append(projected)
             except Exception:  # a literal the expression cannot take: keep the partitions
                 out.append(TRUE)
         out.append(self._chain(leaf))
@@ -145,12 +130,12 @@ class SpecProjector:
         if not (isinstance(leaf, Cmp) and leaf.op in ("<", "<=", ">", ">=")):
             return TRUE
         units = {
-            f.transform.type_name: f
+            f.transform.granularity: f
             for f in self._single(leaf.column)
-            if f.transform is not None and f.transform.type_name in _CHAIN
+            if f.transform.granularity is not None
         }
         chain: list[_Field] = []
-        for unit in _CHAIN:
+        for unit in Granularity:  # coarsest first
             if unit not in units:
                 break
             chain.append(units[unit])
@@ -188,18 +173,14 @@ class SpecProjector:
                 values = f.evaluate(*[list(c) for c in zip(*combos, strict=True)])
             except Exception:
                 continue
-            out.append(_values_pred(f.spec_field.column, values))
+            out.append(value_set(f.spec_field.column, values))
         return out
 
-    # -- custom expressions --------------------------------------------------------------------
-    def _expression(self, f: _Field, leaf: Leaf) -> Pred:
+    # -- ranges through expressions ------------------------------------------------------------
+    def _expression_range(self, f: _Field, leaf: Leaf) -> Pred:
+        """A range on the source mapped through an expression this package generates: a
+        calendar window whose start never decreases, or a ``CASE WHEN`` of ranges / lists."""
         col = f.spec_field.column
-        if isinstance(leaf, Cmp) and leaf.op == "=":
-            return _values_pred(col, f.evaluate([leaf.value]))
-        if isinstance(leaf, InSet) and not leaf.negated:
-            return _values_pred(col, f.evaluate(list(leaf.values)))
-        if isinstance(leaf, IsNull) and not leaf.negated:
-            return _values_pred(col, f.evaluate([None]))
         if isinstance(leaf, Cmp) and leaf.op in ("<", "<=", ">", ">="):
             window = parse_window(f.spec_field.sql(f.types), f.types[0])
             if window is not None and window.monotone(f.types[0]):
@@ -211,21 +192,8 @@ class SpecProjector:
             if f.case.valid:
                 lo = leaf.value if leaf.op in (">", ">=") else None
                 hi = leaf.value if leaf.op in ("<", "<=") else None
-                return _values_pred(col, f.case.reachable(lo, hi))
+                return value_set(col, f.case.reachable(lo, hi))
         return TRUE
-
-
-def _values_pred(column: str, values: list[Any]) -> Pred:
-    distinct = list(dict.fromkeys(values))
-    parts: list[Pred] = []
-    non_null = tuple(v for v in distinct if v is not None)
-    if non_null:
-        parts.append(
-            InSet(column, non_null) if len(non_null) > 1 else Cmp(column, "=", non_null[0])
-        )
-    if len(non_null) != len(distinct):
-        parts.append(IsNull(column))
-    return disj(parts) if parts else FALSE
 
 
 def _lexicographic(columns: list[str], bound: list[Any], upper: bool) -> Pred:

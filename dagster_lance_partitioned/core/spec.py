@@ -24,6 +24,7 @@ from .transforms import (
     Transform,
     Truncate,
     Year,
+    parse_expression,
     transform_from_json,
 )
 
@@ -54,12 +55,22 @@ class SpecField:
         if not self.column:
             object.__setattr__(self, "column", PARTITION_COLUMN_PREFIX + self.field_id)
 
-    def sql(self, source_types: list[pa.DataType]) -> str:
+    def sql(self, source_types: Sequence[pa.DataType]) -> str:
         """The DataFusion SQL (over ``col0, col1, ...``) that computes this field."""
         if self.transform is not None:
             return self.transform.expression(source_types)
         assert self.expression is not None
         return self.expression
+
+    def transform_for(self, source_types: Sequence[pa.DataType]) -> Transform:
+        """What the field computes over sources of these types, as a transform: the stored
+        transform, or the one its expression is exactly (a draft's ``col0`` is identity), or an
+        :class:`~.transforms.ExpressionTransform` claiming no capability. Ask it whether the
+        field is identity, preserves order, its granularity."""
+        if self.transform is not None:
+            return self.transform
+        assert self.expression is not None
+        return parse_expression(self.expression, source_types, self.result_type)
 
     def same_definition(self, other: SpecField) -> bool:
         """Whether ``other`` has the same sources and transform/expression (field-id reuse rule)."""
@@ -291,17 +302,10 @@ class PartitionField:
         """The field id used when none is given, e.g. ``event_date_year``."""
         if self.field_id:
             return self.field_id
+        if self.transform is None:
+            raise SpecError("an expression partition field needs an explicit field_id")
         base = "_".join(re.sub(r"\W", "_", c) for c in self.source_columns)
-        t = self.transform
-        if isinstance(t, Identity):
-            return base
-        if isinstance(t, Bucket):  # includes MultiBucket
-            return f"{base}_bucket_{t.num_buckets}"
-        if isinstance(t, Truncate):
-            return f"{base}_trunc_{t.width}"
-        if isinstance(t, Year | Month | Day | Hour):
-            return f"{base}_{t.type_name}"
-        raise SpecError("an expression partition field needs an explicit field_id")
+        return base + self.transform.field_id_suffix
 
 
 @dataclass

@@ -878,7 +878,6 @@ def covering_keys(
     wholly inside; None when ``old`` partitions need not nest in ``spec`` partitions. A field
     nests when ``old`` has it with the same id, or has a finer time window of the same source
     that nests in it (daily inside monthly)."""
-    from .pruning import known_transform
     from .spec import source_types
     from .windows import parse_window, window_values
 
@@ -894,7 +893,7 @@ def covering_keys(
             return None
         for i, g in enumerate(old.fields):
             inner = None
-            if g.source_ids == f.source_ids and known_transform(g) is None:
+            if g.source_ids == f.source_ids:
                 inner = parse_window(g.sql(types), types[0])
             if inner is not None and inner.nests_in(window):
                 starts = [None if r[i] is None else inner.start_value(r[i], types[0]) for r in rows]

@@ -14,15 +14,22 @@ from pyspark.sql import Column, DataFrame, SparkSession
 
 from ..core.errors import WriteError
 from ..core.filters import FilterLike
-from ..core.spec import PartitionSpec, source_names
+from ..core.spec import PartitionSpec, source_names, source_types
 from ..core.staged import StagedWrite
+from ..core.transforms import Granularity
 from ..core.writer import WRITE_MODES, WriteResult
 from . import options as opt
 from .result import find_result
 from .types import arrow_schema
 from .writer import PARTITIONS_OPTION, WRITE_ID_OPTION, encode_partitions, open_or_create
 
-_DATE_PARTS = {"year": "year", "month": "month", "day": "dayofmonth", "hour": "hour"}
+# the Spark function computing each date part (Spark's ``day`` is ``dayofmonth``)
+_SPARK_DATE_PART = {
+    Granularity.YEAR: "year",
+    Granularity.MONTH: "month",
+    Granularity.DAY: "dayofmonth",
+    Granularity.HOUR: "hour",
+}
 
 
 def read_dataframe(
@@ -160,13 +167,13 @@ def partition_columns(
     exprs: list[Column] = []
     for f in spec.fields:
         names = source_names(f, schema_with_ids)
-        kind = f.transform.type_name if f.transform is not None else None
         if len(names) != 1 or names[0] not in columns:
             continue
-        if kind == "identity":
+        transform = f.transform_for(source_types(f, schema_with_ids))
+        if transform.is_identity:
             exprs.append(F.col(names[0]))
-        elif kind in _DATE_PARTS:
-            exprs.append(getattr(F, _DATE_PARTS[kind])(F.col(names[0])))
+        elif transform.granularity is not None:
+            exprs.append(getattr(F, _SPARK_DATE_PART[transform.granularity])(F.col(names[0])))
     return exprs
 
 
