@@ -13,9 +13,10 @@ import pytest
 from conftest import SCHEMA, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import writer as writer_mod
 from dagster_lance_partitioned.core.manifest import ManifestEdit, ManifestSnapshot, ManifestStore
 from dagster_lance_partitioned.core.spec import specs_from_metadata
+from dagster_lance_partitioned.core.write import ingest as ingest_mod
+from dagster_lance_partitioned.core.write import table as table_mod
 
 
 def make_ns(tmp_path, fields=None, schema=SCHEMA):
@@ -192,8 +193,8 @@ def test_every_transform_writes_and_reads(tmp_path):
 
 
 def test_streaming_reader_flushes_and_keeps_every_row(tmp_path, monkeypatch):
-    monkeypatch.setattr(writer_mod, "PARTITION_FLUSH_BYTES", 4_000)
-    monkeypatch.setattr(writer_mod, "TOTAL_FLUSH_BYTES", 10_000)
+    monkeypatch.setattr(ingest_mod, "PARTITION_FLUSH_BYTES", 4_000)
+    monkeypatch.setattr(ingest_mod, "TOTAL_FLUSH_BYTES", 10_000)
     ns = make_ns(tmp_path)
     batches = [sample_table(200, start=i * 200).to_batches()[0] for i in range(10)]
     reader = pa.RecordBatchReader.from_batches(SCHEMA, iter(batches))
@@ -330,8 +331,8 @@ def test_large_batches_keep_rows_aligned_with_their_partition_values(tmp_path):
 def test_streamed_input_keeps_at_most_one_input_batch_alive(tmp_path, monkeypatch):
     """A partition that gets one row from every batch must not pin every input batch: Arrow
     memory stays bounded by the buffers, not by the input size."""
-    monkeypatch.setattr(writer_mod, "PARTITION_FLUSH_BYTES", 1 << 20)
-    monkeypatch.setattr(writer_mod, "TOTAL_FLUSH_BYTES", 4 << 20)
+    monkeypatch.setattr(ingest_mod, "PARTITION_FLUSH_BYTES", 1 << 20)
+    monkeypatch.setattr(ingest_mod, "TOTAL_FLUSH_BYTES", 4 << 20)
     schema = pa.schema([("id", pa.int64()), ("country", pa.utf8()), ("payload", pa.utf8())])
     ns = PartitionedNamespace.create(tmp_path / "s", schema, [PartitionField.identity("country")])
     rows, batches_n, payload = 3001, 20, "x" * 2000  # ~6 MB a batch, ~120 MB in all
@@ -396,7 +397,7 @@ def test_write_limited_to_named_partitions(tmp_path, sample):
 def test_reading_a_task_fragment_by_fragment(tmp_path, monkeypatch):
     from dagster_lance_partitioned.core.scan import iter_task_batches, lance_filter
 
-    monkeypatch.setattr(writer_mod, "MAX_ROWS_PER_FILE", 10)
+    monkeypatch.setattr(table_mod, "MAX_ROWS_PER_FILE", 10)
     ns = make_ns(tmp_path, [PartitionField.identity("country")])
     ns.write(sample_table(90, countries=("US", "FR")))
     for flt in (None, "value > 40"):

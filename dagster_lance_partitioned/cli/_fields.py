@@ -7,11 +7,13 @@ import dataclasses
 import datetime as dt
 import re
 import zoneinfo
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
-from ..core.filters import FilterError, parse, quote_ident
+from ..core.errors import FilterError
+from ..core.filters import parse, quote_ident
 from ..core.namespace import PartitionedNamespace
 from ..core.predicates import (
     TRUE,
@@ -82,7 +84,7 @@ def transform_text(f: SpecField, schema: pa.Schema) -> str:
         return f"window[{window_text(window, source_types(f, schema)[0])}]"
     obj = f.transform.to_json()
     params = [str(v) for k, v in obj.items() if k != "type"]
-    return obj["type"] + (f"[{', '.join(params)}]" if params else "")
+    return str(obj["type"]) + (f"[{', '.join(params)}]" if params else "")
 
 
 def source_labels(f: SpecField, schema: pa.Schema) -> list[str]:
@@ -374,14 +376,15 @@ def _leaf_hint(leaf: Leaf, n: _Named) -> Pred:
     if s is None:
         return TRUE
     lo, hi = s
-    return {
+    bounds: dict[str, Callable[[], Pred]] = {
         "=": lambda: _in_span(source, s, False),
         "!=": lambda: _in_span(source, s, True),
         "<": lambda: Cmp(source, "<", lo),
         "<=": lambda: Cmp(source, "<", hi),
         ">": lambda: Cmp(source, ">=", hi),
         ">=": lambda: Cmp(source, ">=", lo),
-    }[leaf.op]()
+    }
+    return bounds[leaf.op]()
 
 
 def _window_of_named(n: _Named) -> TimeWindow | None:
@@ -400,7 +403,7 @@ def _in_span(column: str, span: Span, negated: bool) -> Pred:
     return conj([Cmp(column, ">=", lo), Cmp(column, "<", hi)])
 
 
-def _window_span(window: TimeWindow, source: pa.DataType) -> Any:
+def _window_span(window: TimeWindow, source: pa.DataType) -> Callable[[Any], Any]:
     """value -> the source range of the window starting at ``value`` (None: no window does)."""
 
     def span(value: Any) -> Span | None:
@@ -429,7 +432,7 @@ def _next_day(day: dt.date, unit: str) -> dt.date:
     return day.replace(year=day.year + year, month=month + 1)
 
 
-def _year_span(source: pa.DataType) -> Any:
+def _year_span(source: pa.DataType) -> Callable[[Any], Any]:
     """year -> the source range of that calendar year (in the column's zone when zoned)."""
     zone: dt.tzinfo | None = None
     if _zoned(source):

@@ -67,7 +67,7 @@ def size_text(n: int) -> str:
 
 def is_numeric(t: pa.DataType) -> bool:
     """Whether values of ``t`` are right-aligned in tables."""
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
 
 
 def _ellipsis(out: TextIO) -> str:

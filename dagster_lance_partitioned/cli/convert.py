@@ -82,5 +82,5 @@ def _cmd_import_hive(args: argparse.Namespace, opts: Options, out: TextIO) -> No
         ),
     )
     if not opts.json:
-        out.write(f"imported {plural(len(ns.partitions()), 'partition table')}\n\n")
+        out.write(f"imported {plural(len(ns.inspect.partitions()), 'partition table')}\n\n")
     write_info(ns, opts, out)

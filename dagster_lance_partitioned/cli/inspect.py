@@ -8,7 +8,7 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -101,7 +101,7 @@ def info_doc(ns: PartitionedNamespace) -> dict[str, Any]:
         "manifest_version": ns.version,
         "current_spec": spec_doc(spec, schema, current=True),
         "spec_versions": len(ns.specs),
-        "partitions": len(ns.partitions()),
+        "partitions": len(ns.inspect.partitions()),
         "columns": len(schema),
         "schema": [
             {
@@ -134,7 +134,7 @@ def write_info(ns: PartitionedNamespace, opts: Options, out: TextIO) -> None:
             ("manifest version", str(ns.version)),
             ("current spec", f"v{spec.spec_id}{' (draft shape)' if spec.draft else ''}: {fields}"),
             ("spec versions", str(len(ns.specs))),
-            ("partitions", str(len(ns.partitions()))),
+            ("partitions", str(len(ns.inspect.partitions()))),
             ("columns", text.cut(f"{len(schema)} ({', '.join(schema.names)})")),
             ("writer flag", flag if flag is not None else "(not set)"),
         ]
@@ -428,9 +428,10 @@ def _operation(store: ManifestStore, version: int, props: dict[str, str] | None)
 
 def _versions(ns: PartitionedNamespace, opts: Options, limit: int) -> list[_Version]:
     """The newest ``limit`` manifest versions up to the namespace's, newest first."""
-    store = ManifestStore(ns.uri, opts.storage_options)
+    store = ns.state.store
     times = {
-        int(v["version"]): v["timestamp"] for v in store.dataset(ns.version).versions()
+        int(v["version"]): cast(dt.datetime, v["timestamp"])
+        for v in store.dataset(ns.version).versions()
     }  # naive local time (Lance's conversion)
     present = sorted(v for v in times if v <= ns.version)
     wanted = present[-limit:] if limit else present
@@ -454,7 +455,7 @@ def _versions(ns: PartitionedNamespace, opts: Options, limit: int) -> list[_Vers
     if since >= 1 and since not in times:  # removed by cleanup: what `first` changed is unknown
         add(first, store.commit_properties(first), None)
         since = first
-    for commit in history.commits(ns.uri, since, ns.version, opts.storage_options):
+    for commit in ns.inspect.history(since, ns.version):
         add(commit.version, commit.properties, commit.changes)
     return out[::-1]
 
@@ -510,7 +511,10 @@ class _Found:
 
 
 def _children(fs: pafs.FileSystem, path: str) -> list[pafs.FileInfo]:
-    return fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=False))
+    infos: list[pafs.FileInfo] = fs.get_file_info(
+        pafs.FileSelector(path, allow_not_found=True, recursive=False)
+    )
+    return infos
 
 
 def _find_namespaces(
@@ -570,7 +574,7 @@ def _cmd_ls(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
             schema = f.ns.schema_with_ids
             doc |= {
                 "manifest_version": f.ns.version,
-                "partitions": len(f.ns.partitions()),
+                "partitions": len(f.ns.inspect.partitions()),
                 "spec_id": f.ns.current_spec.spec_id,
                 "fields": [field_summary(x, schema) for x in f.ns.current_spec.fields],
             }

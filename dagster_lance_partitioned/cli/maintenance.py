@@ -104,14 +104,12 @@ def register(add: AddCommand) -> None:
 
 def _cmd_check(args: argparse.Namespace, opts: Options, out: TextIO) -> int:
     """``check URI [--history N] [--sample N]``: exit 1 when any issue is found."""
-    from ..core import health
-
     ns = open_ns(args, opts)
-    schema = health.check_schemas(ns)
-    broken, uncommitted = health.check_read_versions(ns, history=args.history)
-    orphans = health.find_orphans(ns)  # what vacuum would remove (every version on storage)
-    integrity = health.check_integrity(ns, sample=args.sample)
-    partitions = len(ns.partitions())
+    schema = ns.inspect.check_schemas()
+    broken, uncommitted = ns.inspect.check_read_versions(history=args.history)
+    orphans = ns.inspect.find_orphans()  # what vacuum would remove (every version on storage)
+    integrity = ns.inspect.check_integrity(sample=args.sample)
+    partitions = len(ns.inspect.partitions())
     checked = partitions if args.sample is None else min(args.sample, partitions)
     found = len(schema) + len(broken) + len(uncommitted) + len(orphans) + len(integrity)
     if opts.json:
@@ -235,7 +233,7 @@ def _result_doc(ns: PartitionedNamespace, result: Any) -> dict[str, Any]:
 def _cmd_compact(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
     """``compact URI [--filter SQL] [--target-rows N]``."""
     ns = open_ns(args, opts)
-    result = ns.compact(
+    result = ns.maintenance.compact(
         filter=resolve_filter(ns, args.filter).row_filter(),
         target_rows_per_fragment=args.target_rows,
     )
@@ -266,7 +264,7 @@ def _cmd_compact(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
 def _cmd_cleanup(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
     """``cleanup URI [--older-than-days N] [--keep-versions N]``."""
     ns = open_ns(args, opts)
-    result = ns.cleanup(
+    result = ns.maintenance.cleanup(
         older_than=dt.timedelta(days=args.older_than_days),
         keep_manifest_versions=args.keep_versions,
     )
@@ -289,7 +287,7 @@ def _cmd_cleanup(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
 def _cmd_vacuum(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
     """``vacuum URI [--grace-hours N]``."""
     ns = open_ns(args, opts)
-    result = ns.vacuum(grace=dt.timedelta(hours=args.grace_hours))
+    result = ns.maintenance.vacuum(grace=dt.timedelta(hours=args.grace_hours))
     if opts.json:
         write_json(out, _result_doc(ns, result))
         return
@@ -310,7 +308,7 @@ def _cmd_vacuum(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
 def _cmd_drop_partitions(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
     """``drop-partitions URI --filter SQL``."""
     ns = open_ns(args, opts)
-    result = ns.drop_partitions(resolve_filter(ns, args.filter).row_filter())
+    result = ns.maintenance.drop_partitions(resolve_filter(ns, args.filter).row_filter())
     if opts.json:
         write_json(out, {**_result_doc(ns, result), "rows": result.rows})
         return

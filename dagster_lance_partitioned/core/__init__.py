@@ -3,11 +3,13 @@
 from .errors import (
     CommitConflictError,
     ExpressionError,
+    FilterError,
     ManifestError,
     NamespaceExistsError,
     NamespaceNotFoundError,
     NotAPartitionedNamespaceError,
     NullabilityError,
+    PartialPartitionError,
     PartitionedNamespaceError,
     PartitionReadError,
     ResultTypeMismatchError,
@@ -18,21 +20,19 @@ from .errors import (
     UnnamedPartitionError,
     WriteError,
 )
-from .filters import FilterError
 from .health import IntegrityIssue, Orphan, SchemaIssue, UncommittedVersion, VersionIssue
 from .maintenance import (
     CleanupResult,
     CompactResult,
     DroppedPartition,
     DropResult,
-    PartialPartitionError,
     VacuumResult,
 )
 from .namespace import PartitionedNamespace
 from .planning import ScanPlan, ScanTask
 from .spec import PartitionField, PartitionSpec, SpecField
 from .windows import TimeWindow
-from .writer import PartitionWrite, WriteResult
+from .write import PartitionWrite, WriteMode, WriteResult
 
 __all__ = [
     "CleanupResult",
@@ -71,5 +71,6 @@ __all__ = [
     "VacuumResult",
     "VersionIssue",
     "WriteError",
+    "WriteMode",
     "WriteResult",
 ]

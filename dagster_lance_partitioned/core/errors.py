@@ -83,7 +83,7 @@ class UnnamedPartitionError(WriteError):
     """A row belongs to a partition the write was not allowed to touch (``partitions=``);
     ``values`` are that partition's values (field id -> value), ``sample`` one such row."""
 
-    def __init__(self, message: str, values: dict[int, Any], sample: dict[str, Any]) -> None:
+    def __init__(self, message: str, values: dict[str, Any], sample: dict[str, Any]) -> None:
         super().__init__(message)
         self.values = values
         self.sample = sample

@@ -30,7 +30,7 @@ from .partition_constants import fill_constants, identity_constants
 from .partitioner import SpecEvaluator
 from .spec import PartitionSpec
 from .state import HasState, NamespaceState, state_of
-from .writer import DETACHED_BIT
+from .write import DETACHED_BIT
 
 VERSIONS_DIR = "_versions/"
 MANIFEST_SUFFIX = ".manifest"

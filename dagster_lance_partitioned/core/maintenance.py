@@ -47,7 +47,7 @@ from .ns_schema import snapshot_schema
 from .planning import ScanTask, plan_scan
 from .scan import iter_task_batches, lance_filter, open_table
 from .state import HasState, NamespaceState, load_snapshot, state_of
-from .writer import WRITER_ID
+from .write import WRITER_ID
 
 # --------------------------------------------------------------------------------------------
 # Results

@@ -4,23 +4,20 @@ partitioned namespace."""
 from __future__ import annotations
 
 import datetime
-import functools
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from . import arrow_json, storage
+from .boundary import storage_boundary
 from .errors import (
     ManifestError,
     NamespaceExistsError,
     NamespaceNotFoundError,
     PartitionedNamespaceError,
-    WriteError,
-    is_storage_failure,
-    storage_error,
 )
 from .filters import FilterLike
 from .manifest import (
@@ -28,48 +25,24 @@ from .manifest import (
     SEP,
     WRITER_FLAG_KEY,
     WRITER_FLAG_VALUE,
-    ManifestEdit,
     ManifestSnapshot,
     ManifestStore,
     base_manifest_schema,
     partition_field_columns,
 )
+from .manifest_ops import ManifestEdit
 from .ns_schema import snapshot_schema as snapshot_schema  # re-exported
+from .operations import Inspect, Maintenance
 from .partitioner import SpecEvaluator
 from .planning import ScanPlan
 from .scan import scan_reader
 from .spec import PartitionField, PartitionSpec, SpecField, resolve_fields
 from .state import NamespaceState, load_snapshot
-from .writer import PartitionWriter, WriteResult
-
-F = TypeVar("F", bound=Callable[..., Any])
+from .write import PartitionWriter, WriteMode, WriteResult
 
 if TYPE_CHECKING:
     from .maintenance import CleanupResult, CompactResult, DropResult, VacuumResult
     from .row_changes import RowChangeResult
-
-
-def _boundary(what: str) -> Callable[[F], F]:
-    """Raw Lance / Arrow failures of the decorated method become :class:`StorageError` naming
-    the namespace, what was being done and the file (no Rust source locations)."""
-
-    def decorate(fn: F) -> F:
-        @functools.wraps(fn)
-        def guarded(first: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(first, *args, **kwargs)
-            except Exception as e:
-                if not is_storage_failure(e):
-                    raise
-                if isinstance(first, PartitionedNamespace):
-                    where = first.uri
-                else:
-                    where = os.fspath(args[0] if args else kwargs.get("uri", "?"))
-                raise storage_error(e, where, what) from None
-
-        return guarded  # type: ignore[return-value]
-
-    return decorate
 
 
 class PartitionedNamespace:
@@ -86,6 +59,8 @@ class PartitionedNamespace:
         pinned: bool,
     ) -> None:
         self._state = NamespaceState(ManifestStore(root, storage_options), snapshot, pinned)
+        self._maintenance = Maintenance(self._state)
+        self._inspect = Inspect(self._state)
 
     @property
     def state(self) -> NamespaceState:
@@ -93,20 +68,22 @@ class PartitionedNamespace:
         return self._state
 
     @property
-    def _store(self) -> ManifestStore:
+    def maintenance(self) -> Maintenance:
+        """Compaction, cleanup, vacuum and dropping partitions (see :class:`.Maintenance`)."""
+        return self._maintenance
+
+    @property
+    def inspect(self) -> Inspect:
+        """Partitions, health checks and commit history (see :class:`.Inspect`)."""
+        return self._inspect
+
+    @property
+    def _store(self) -> ManifestStore:  # kept for tests that commit to __manifest directly
         return self._state.store
-
-    @property
-    def _snapshot(self) -> ManifestSnapshot:
-        return self._state.snapshot
-
-    @property
-    def _pinned(self) -> bool:
-        return self._state.pinned
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
-    @_boundary("creating the namespace")
+    @storage_boundary("creating the namespace")
     def create(
         cls,
         uri: str | os.PathLike[str],
@@ -159,7 +136,7 @@ class PartitionedNamespace:
         return cls(root, store.storage_options, snap, pinned=False)
 
     @classmethod
-    @_boundary("opening the namespace")
+    @storage_boundary("opening the namespace")
     def open(
         cls,
         uri: str | os.PathLike[str],
@@ -185,17 +162,17 @@ class PartitionedNamespace:
     @property
     def uri(self) -> str:
         """The namespace root."""
-        return self._store.root
+        return self._state.uri
 
     @property
     def storage_options(self) -> dict[str, str] | None:
         """Storage options used for every table of the namespace."""
-        return self._store.storage_options
+        return self._state.storage_options
 
     @property
     def version(self) -> int:
         """The ``__manifest`` version this object reads."""
-        return self._snapshot.version
+        return self._state.version
 
     @property
     def schema_with_ids(self) -> pa.Schema:
@@ -210,7 +187,7 @@ class PartitionedNamespace:
     @property
     def specs(self) -> list[PartitionSpec]:
         """Every partition spec version, oldest first."""
-        return sorted(self._snapshot.specs.values(), key=lambda s: s.spec_id)
+        return self._state.specs
 
     @property
     def current_spec(self) -> PartitionSpec:
@@ -220,53 +197,40 @@ class PartitionedNamespace:
     @property
     def metadata(self) -> dict[str, str]:
         """The ``__manifest`` table metadata (root namespace properties)."""
-        return dict(self._snapshot.metadata)
+        return self._state.metadata
 
-    @_boundary("reading __manifest")
+    @storage_boundary("reading __manifest")
     def refresh(self) -> PartitionedNamespace:
         """Move to the latest manifest version (no-op for a namespace opened at a version)."""
         self._state.refresh()
         return self
 
-    @_boundary("listing partitions")
     def partitions(self) -> list[dict[str, Any]]:
-        """Every registered partition table: object id, location, spec, values, read version."""
-        out = []
-        for t in self._snapshot.tables():
-            spec = self._snapshot.specs[t.spec_id]
-            out.append(
-                {
-                    "object_id": t.object_id,
-                    "location": t.location,
-                    "spec_id": t.spec_id,
-                    "values": t.partition_values(spec),
-                    "read_version": t.read_version,
-                    "read_branch": t.read_branch,
-                    "read_tag": t.read_tag,
-                }
-            )
-        return out
+        """Every registered partition table: object id, location, spec, values, read version
+        (the same as ``ns.inspect.partitions()``)."""
+        return self._inspect.partitions()
 
     def describe_namespace(self, path: Sequence[str]) -> dict[str, str]:
         """Runtime properties of ``v<N>`` (its spec) or of a partition namespace (its value)."""
         oid = SEP.join(path)
+        snap = self._state.snapshot
         if len(path) == 1:
-            spec = self._snapshot.specs.get(int(path[0][1:])) if path[0][1:].isdigit() else None
+            spec = snap.specs.get(int(path[0][1:])) if path[0][1:].isdigit() else None
             if spec is None:
                 raise PartitionedNamespaceError(f"no spec namespace {oid!r}")
             return {"partition_spec": spec.to_json_str()}
-        for (spec_id, values), ns_oid in self._snapshot.namespace_ids().items():
+        for (spec_id, values), ns_oid in snap.namespace_ids().items():
             if ns_oid == oid:
-                f = self._snapshot.specs[spec_id].fields[len(values) - 1]
+                f = snap.specs[spec_id].fields[len(values) - 1]
                 return {f"partition.{f.field_id}": _property_value(values[-1])}
         raise PartitionedNamespaceError(f"no partition namespace {oid!r}")
 
     # -- write --------------------------------------------------------------------------------
-    @_boundary("writing")
+    @storage_boundary("writing")
     def write(
         self,
         data: Any,
-        mode: str = "append",
+        mode: WriteMode = "append",
         *,
         commit_properties: dict[str, str] | None = None,
         partitions: Sequence[Mapping[str, Any]] | None = None,
@@ -279,16 +243,12 @@ class PartitionedNamespace:
         spec's field ids to values) names the only partitions the write may touch: a row of any
         other partition fails the write (nothing committed), and with ``overwrite_partitions``
         a named partition without rows becomes empty."""
-        if self._pinned:
-            raise WriteError(
-                f"{self.uri} was opened at manifest version {self.version}; "
-                "open it without a version to write"
-            )
-        self._store.check_store()
+        self._state.require_unpinned("write")
+        self._state.store.check_store()
         self.refresh()
         writer = PartitionWriter(
-            self._store,
-            self._snapshot,
+            self._state.store,
+            self._state.snapshot,
             self.schema_with_ids,
             self.current_spec,
             mode,
@@ -304,7 +264,7 @@ class PartitionedNamespace:
     _before_commit = None
 
     # -- read ---------------------------------------------------------------------------------
-    @_boundary("planning a scan")
+    @storage_boundary("planning a scan")
     def plan_scan(self, filter: FilterLike = None) -> ScanPlan:
         """The partition tables (and versions) a scan with ``filter`` reads."""
         return self._state.plan_scan(filter)
@@ -314,7 +274,7 @@ class PartitionedNamespace:
         manifest predicate, partitions kept / total; the residual filter), ``.to_dict()`` JSON."""
         return self.plan_scan(filter)
 
-    @_boundary("scanning")
+    @storage_boundary("scanning")
     def scan(
         self,
         filter: FilterLike = None,
@@ -325,19 +285,19 @@ class PartitionedNamespace:
         plan = self.plan_scan(filter)
         return scan_reader(plan, self.schema_with_ids, columns, self.storage_options, batch_size)
 
-    @_boundary("reading")
+    @storage_boundary("reading")
     def to_table(self, filter: FilterLike = None, columns: Sequence[str] | None = None) -> pa.Table:
         """The rows matching ``filter`` as one Arrow table."""
         return self.scan(filter, columns).read_all()
 
-    @_boundary("counting rows")
+    @storage_boundary("counting rows")
     def count_rows(self, filter: FilterLike = None) -> int:
         """How many rows match ``filter``."""
         first = self.schema.names[:1]
         return sum(b.num_rows for b in self.scan(filter, columns=first))
 
     # -- partition evolution ------------------------------------------------------------------
-    @_boundary("updating the partition spec")
+    @storage_boundary("updating the partition spec")
     def update_spec(self, partition_fields: Sequence[PartitionField | SpecField]) -> int:
         """Add spec version N+1 (field ids of identical fields reused); new writes partition by
         it, data written under older versions stays readable and is pruned by its own spec.
@@ -351,7 +311,7 @@ class PartitionedNamespace:
 
         def plan(snap: ManifestSnapshot) -> ManifestEdit | None:
             # resolved again on the latest version: another spec version may have landed first
-            state = NamespaceState(self._store, snap, pinned=True)
+            state = NamespaceState(self._state.store, snap, pinned=True)
             specs, schema = state.specs, state.schema_with_ids
             fields = resolve_fields(partition_fields, schema, specs)
             if fields == specs[-1].fields:
@@ -364,33 +324,33 @@ class PartitionedNamespace:
                 properties={"operation": "update_spec", "overwritten": "[]"},
             )
 
-        version = self._store.commit(load_snapshot, plan).version
+        version = self._state.store.commit(load_snapshot, plan).version
         self.refresh()
         return version
 
     # -- schema evolution (core/evolution.py) -------------------------------------------------
-    @_boundary("adding columns")
+    @storage_boundary("adding columns")
     def add_columns(self, fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> int:
         """Add nullable columns with new field ids; returns the manifest version."""
         from .evolution import add_columns
 
         return self._after(add_columns(self, fields))
 
-    @_boundary("renaming a column")
+    @storage_boundary("renaming a column")
     def rename_column(self, old: str, new: str) -> int:
         """Rename a column (its field id is kept); returns the manifest version."""
         from .evolution import rename_column
 
         return self._after(rename_column(self, old, new))
 
-    @_boundary("dropping a column")
+    @storage_boundary("dropping a column")
     def drop_column(self, name: str) -> int:
         """Drop a column not used by the current spec; returns the manifest version."""
         from .evolution import drop_column
 
         return self._after(drop_column(self, name))
 
-    @_boundary("promoting a column")
+    @storage_boundary("promoting a column")
     def promote_column(self, name: str, wider_type: pa.DataType) -> int:
         """Widen a column's type (e.g. int32 -> int64); returns the manifest version."""
         from .evolution import promote_column
@@ -398,7 +358,7 @@ class PartitionedNamespace:
         return self._after(promote_column(self, name, wider_type))
 
     # -- compatibility (core/compat.py, core/hive.py) ------------------------------------------
-    @_boundary("upgrading the namespace")
+    @storage_boundary("upgrading the namespace")
     def upgrade(self) -> int:
         """Rewrite draft-shaped metadata in the current shape; returns the manifest version."""
         from .compat import upgrade
@@ -406,7 +366,7 @@ class PartitionedNamespace:
         return self._after(upgrade(self))
 
     @classmethod
-    @_boundary("importing a Hive tree")
+    @storage_boundary("importing a Hive tree")
     def import_hive(
         cls,
         uri: str | os.PathLike[str],
@@ -421,51 +381,40 @@ class PartitionedNamespace:
         root = import_hive(uri, types=types, storage_options=storage_options)
         return cls.open(root, storage_options)
 
-    # -- maintenance (core/maintenance.py) ----------------------------------------------------
-    @_boundary("compacting")
+    # -- maintenance (ns.maintenance, core/operations.py) -------------------------------------
+    # Shortcuts kept because many callers use them; each is ns.maintenance.<same name>.
     def compact(
         self, filter: FilterLike = None, target_rows_per_fragment: int = 1 << 20
     ) -> CompactResult:
-        """Rewrite the selected partition tables with fewer, larger fragments (detached versions
-        built on their pinned versions) and register them in one manifest commit."""
-        from .maintenance import compact
+        """``ns.maintenance.compact``: rewrite the selected partition tables with fewer, larger
+        fragments and register them in one manifest commit."""
+        return self._maintenance.compact(filter, target_rows_per_fragment)
 
-        return compact(self, filter, target_rows_per_fragment)
-
-    @_boundary("cleaning up")
     def cleanup(
         self,
         older_than: datetime.timedelta = datetime.timedelta(days=7),
         keep_manifest_versions: int = 10,
     ) -> CleanupResult:
-        """Remove manifest versions older than both bounds, and partition-table versions older
-        than ``older_than`` that no retained manifest version pins (time travel to every
-        retained manifest version keeps working)."""
-        from .maintenance import cleanup
+        """``ns.maintenance.cleanup``: remove old manifest and partition-table versions that no
+        retained manifest version needs."""
+        return self._maintenance.cleanup(older_than, keep_manifest_versions)
 
-        return cleanup(self, older_than, keep_manifest_versions)
-
-    @_boundary("vacuuming")
     def vacuum(self, grace: datetime.timedelta = datetime.timedelta(days=7)) -> VacuumResult:
-        """Delete orphan partition tables and unreferenced files older than ``grace``."""
-        from .maintenance import vacuum
+        """``ns.maintenance.vacuum``: delete orphan partition tables and unreferenced files
+        older than ``grace``."""
+        return self._maintenance.vacuum(grace)
 
-        return vacuum(self, grace)
-
-    @_boundary("dropping partitions")
     def drop_partitions(self, filter: FilterLike) -> DropResult:
-        """Deregister, in one manifest commit, the partitions all of whose rows match
-        ``filter`` (refused, changing nothing, when a partition matches only in part)."""
-        from .maintenance import drop_partitions
-
-        return drop_partitions(self, filter)
+        """``ns.maintenance.drop_partitions``: deregister, in one manifest commit, the
+        partitions all of whose rows match ``filter``."""
+        return self._maintenance.drop_partitions(filter)
 
     def _after(self, version: int) -> int:
         self.refresh()
         return version
 
     # -- row-level changes (core/row_changes.py) ----------------------------------------------
-    @_boundary("merging")
+    @storage_boundary("merging")
     def merge_insert(
         self,
         data: Any,
@@ -492,7 +441,7 @@ class PartitionedNamespace:
             commit_properties=commit_properties,
         )
 
-    @_boundary("deleting rows")
+    @storage_boundary("deleting rows")
     def delete(
         self, filter: FilterLike, *, commit_properties: dict[str, str] | None = None
     ) -> RowChangeResult:
@@ -502,7 +451,7 @@ class PartitionedNamespace:
 
         return delete_rows(self, filter, commit_properties=commit_properties)
 
-    @_boundary("updating rows")
+    @storage_boundary("updating rows")
     def update(
         self,
         filter: FilterLike,
@@ -520,7 +469,7 @@ class PartitionedNamespace:
     def __repr__(self) -> str:
         return (
             f"PartitionedNamespace({self.uri!r}, version={self.version}, "
-            f"spec=v{self.current_spec.spec_id}, partitions={len(self._snapshot.tables())})"
+            f"spec=v{self.current_spec.spec_id}, partitions={len(self._state.snapshot.tables())})"
         )
 
 
@@ -528,5 +477,5 @@ def _property_value(value: Any) -> str:
     if value is None:
         return "null"
     if hasattr(value, "isoformat"):
-        return value.isoformat()
+        return str(value.isoformat())
     return str(value)

@@ -16,13 +16,14 @@ import pyarrow as pa
 from .arrow_json import strip_field_ids
 from .conform import column_sources, conform_for_read
 from .errors import (
+    FilterError,
     PartitionReadError,
     SchemaError,
     clean_message,
     is_storage_failure,
     storage_error,
 )
-from .filters import FilterError, to_lance_sql
+from .filters import to_lance_sql
 from .partition_constants import fill_constants
 from .planning import ScanPlan, ScanTask
 

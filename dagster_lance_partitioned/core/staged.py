@@ -10,26 +10,16 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
-from .conform import check_write_schema
 from .errors import WriteError
 from .manifest import ManifestStore
 from .state import HasState, NamespaceState, load_snapshot, state_of
-from .writer import (
-    TABLE_WRITE_THREADS,
-    WRITE_MODES,
-    PartitionWriter,
-    WriteResult,
-    _data_bytes,
-    _data_files,
-    _Pending,
-)
+from .write import PartitionWriter, PendingPartition, WriteMode, WriteResult, check_mode
 
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -79,16 +69,19 @@ class StageResult:
         return sum(p.rows for p in self.partitions)
 
 
-class _StagingWriter(PartitionWriter):
-    """A writer whose new partition tables are named from the write id (see module doc)."""
+class DerivedNaming:
+    """Names of the namespaces and tables a staged write creates, derived from its id (see the
+    module doc)."""
 
-    write_id: str = ""
+    def __init__(self, write_id: str, spec_id: int) -> None:
+        self.write_id = write_id
+        self.spec_id = spec_id
 
-    def _namespace_name(self, prefix: tuple[Any, ...]) -> str:
-        return derived_name(self.write_id, (self.spec.spec_id, *prefix))
+    def namespace_name(self, prefix: tuple[Any, ...]) -> str:
+        return derived_name(self.write_id, (self.spec_id, *prefix))
 
-    def _new_location(self, object_id: str, key: tuple[Any, ...]) -> str:
-        return derived_location(self.write_id, (self.spec.spec_id, *key), object_id)
+    def table_location(self, object_id: str, key: tuple[Any, ...]) -> str:
+        return derived_location(self.write_id, (self.spec_id, *key), object_id)
 
 
 @dataclass(frozen=True)
@@ -98,7 +91,7 @@ class StagedWrite:
     root: str
     storage_options: dict[str, str] | None
     manifest_version: int
-    mode: str
+    mode: WriteMode
     write_id: str
     commit_properties: dict[str, str] = field(default_factory=dict)
     partitions: tuple[dict[str, Any], ...] | None = None  # the only partitions it may touch
@@ -107,14 +100,13 @@ class StagedWrite:
     def begin(
         cls,
         ns: NamespaceState | HasState,
-        mode: str = "append",
+        mode: WriteMode = "append",
         commit_properties: dict[str, str] | None = None,
         partitions: Sequence[Mapping[str, Any]] | None = None,
     ) -> StagedWrite:
         """Plan a write into ``ns`` at its latest manifest version (driver side); see
         :meth:`PartitionedNamespace.write` for ``partitions``."""
-        if mode not in WRITE_MODES:
-            raise WriteError(f"unknown write mode {mode!r} (use one of {', '.join(WRITE_MODES)})")
+        mode = check_mode(mode)
         ns = state_of(ns)
         ns.refresh()
         if ns.pinned:
@@ -129,10 +121,12 @@ class StagedWrite:
             None if partitions is None else tuple(dict(p) for p in partitions),
         )
 
-    def _writer(self) -> _StagingWriter:
+    def writer(self) -> PartitionWriter:
+        """The partition writer of this write at its manifest version (the same in the driver
+        and every worker: new partitions are named from the write id)."""
         store = ManifestStore(self.root, self.storage_options)
         ns = NamespaceState(store, load_snapshot(store.dataset(self.manifest_version)), True)
-        writer = _StagingWriter(
+        return PartitionWriter(
             store,
             ns.snapshot,
             ns.schema_with_ids,
@@ -140,20 +134,18 @@ class StagedWrite:
             self.mode,
             commit_properties={**self.commit_properties, "write_id": self.write_id},
             partitions=self.partitions,
+            naming=DerivedNaming(self.write_id, ns.current_spec.spec_id),
         )
-        writer.write_id = self.write_id
-        return writer
 
     @property
     def schema(self) -> pa.Schema:
         """The Arrow schema rows are written with (the namespace schema, no field ids)."""
-        return self._writer().write_schema
+        return self.writer().write_schema
 
     def check_schema(self, schema: pa.Schema) -> None:
         """Raise :class:`SchemaMismatchError` naming the column when ``schema`` cannot be
         written (before any data is)."""
-        writer = self._writer()
-        check_write_schema(schema, writer.write_schema, writer.dropped)
+        self.writer().check_schema(schema)
 
     def stage(self, batches: Iterable[pa.RecordBatch]) -> StageResult:
         """Write ``batches`` as fragments of their partition tables (worker side); nothing
@@ -162,13 +154,9 @@ class StagedWrite:
         first = next(it, None)
         if first is None:
             return StageResult()
-        writer = self._writer()
         reader = pa.RecordBatchReader.from_batches(first.schema, _chain(first, it))
-        writer.ingest(reader)
-        out = []
-        for pending in writer._pending.values():
-            writer._flush(pending)
-            out.append(
+        return StageResult(
+            tuple(
                 StagedPartition(
                     pending.key,
                     pending.existing.object_id if pending.existing else None,
@@ -179,50 +167,33 @@ class StagedWrite:
                     pending.layout,
                     pending.storage_version,
                 )
+                for pending in self.writer().stage(reader)
             )
-        return StageResult(tuple(out))
+        )
 
     def commit(self, messages: Sequence[StageResult | None]) -> WriteResult:
         """Commit every staged partition table once, then one ``__manifest`` commit (driver
         side). Partitions of the data not staged by any worker are untouched."""
-        writer = self._writer()
-        writer._resolve(
-            {part.key for message in messages if message for part in message.partitions}
-        )
-        merged: dict[tuple[Any, ...], _Pending] = {}
+        writer = self.writer()
+        lookup = writer.ingest.lookup
+        lookup.resolve({part.key for message in messages if message for part in message.partitions})
+        merged: dict[tuple[Any, ...], PendingPartition] = {}
         for message in messages:
             for part in message.partitions if message else ():
                 pending = merged.get(part.key)
                 if pending is None:
-                    existing = writer._index.get(part.key)
+                    existing = lookup.tables.get(part.key)
                     if (existing.object_id if existing else None) != part.existing:
                         raise WriteError(
                             f"staged partition {part.key} does not match manifest version "
                             f"{self.manifest_version}; was it staged by another write?"
                         )
-                    pending = _Pending(part.key, existing, list(part.path), part.location)
+                    pending = PendingPartition(part.key, existing, list(part.path), part.location)
                     pending.layout, pending.storage_version = part.layout, part.storage_version
                     merged[part.key] = pending
                 pending.fragments.extend(part.fragments)
                 pending.rows += part.rows
-        writer._pending = merged
-        writer.empty_named_partitions()
-        merged = writer._pending
-
-        def commit_table(pending: _Pending) -> None:
-            if pending.existing is None and not pending.fragments:  # a named, empty partition
-                pending.version = writer._create_table(pending)
-                return
-            pending.bytes_written = _data_bytes(pending.fragments)
-            pending.data_files = _data_files(pending.fragments)
-            pending.version = writer._commit_table(
-                pending, pending.existing, replace=writer._replaces(pending)
-            )
-
-        with ThreadPoolExecutor(max_workers=TABLE_WRITE_THREADS) as pool:
-            for future in [pool.submit(commit_table, p) for p in merged.values()]:
-                future.result()
-        return writer._commit_manifest()
+        return writer.commit_staged(merged.values())
 
     def abort(self, messages: Sequence[StageResult | None]) -> None:
         """Give the write up: nothing was made visible; the staged fragments are orphans that

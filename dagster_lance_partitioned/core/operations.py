@@ -1,0 +1,125 @@
+"""The facade's operation groups, as pyiceberg groups them on a table: ``ns.maintenance``
+(compact, clean up, vacuum, drop partitions) and ``ns.inspect`` (partitions, health checks,
+commit history). Each is a small object over the :class:`NamespaceState` the facade holds, so
+an operation sees (and moves) the same manifest version as the facade."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from . import health, maintenance
+from .boundary import storage_boundary
+from .filters import FilterLike
+from .health import IntegrityIssue, Orphan, SchemaIssue, UncommittedVersion, VersionIssue
+from .maintenance import CleanupResult, CompactResult, DropResult, VacuumResult
+from .state import NamespaceState
+
+if TYPE_CHECKING:
+    from .history import Commit
+
+
+class Maintenance:
+    """Operations that rewrite or remove stored data without changing what a read returns
+    (``drop_partitions`` aside: it deregisters whole partitions). Each commits at most once."""
+
+    def __init__(self, state: NamespaceState) -> None:
+        self.state = state
+
+    @property
+    def uri(self) -> str:
+        """The namespace root."""
+        return self.state.uri
+
+    @storage_boundary("compacting")
+    def compact(
+        self, filter: FilterLike = None, target_rows_per_fragment: int = 1 << 20
+    ) -> CompactResult:
+        """Rewrite the selected partition tables with fewer, larger fragments (detached versions
+        built on their pinned versions) and register them in one manifest commit."""
+        return maintenance.compact(self.state, filter, target_rows_per_fragment)
+
+    @storage_boundary("cleaning up")
+    def cleanup(
+        self,
+        older_than: dt.timedelta = dt.timedelta(days=7),
+        keep_manifest_versions: int = 10,
+    ) -> CleanupResult:
+        """Remove manifest versions older than both bounds, and partition-table versions older
+        than ``older_than`` that no retained manifest version pins (time travel to every
+        retained manifest version keeps working)."""
+        return maintenance.cleanup(self.state, older_than, keep_manifest_versions)
+
+    @storage_boundary("vacuuming")
+    def vacuum(self, grace: dt.timedelta = dt.timedelta(days=7)) -> VacuumResult:
+        """Delete orphan partition tables and unreferenced files older than ``grace``."""
+        return maintenance.vacuum(self.state, grace)
+
+    @storage_boundary("dropping partitions")
+    def drop_partitions(self, filter: FilterLike) -> DropResult:
+        """Deregister, in one manifest commit, the partitions all of whose rows match
+        ``filter`` (refused, changing nothing, when a partition matches only in part)."""
+        return maintenance.drop_partitions(self.state, filter)
+
+
+class Inspect:
+    """Read-only views of the namespace at the manifest version it reads: its partitions, the
+    health checks (see :mod:`.health`) and the commit history."""
+
+    def __init__(self, state: NamespaceState) -> None:
+        self.state = state
+
+    @property
+    def uri(self) -> str:
+        """The namespace root."""
+        return self.state.uri
+
+    @storage_boundary("listing partitions")
+    def partitions(self) -> list[dict[str, Any]]:
+        """Every registered partition table: object id, location, spec, values, read version."""
+        snap = self.state.snapshot
+        out = []
+        for t in snap.tables():
+            spec = snap.specs[t.spec_id]
+            out.append(
+                {
+                    "object_id": t.object_id,
+                    "location": t.location,
+                    "spec_id": t.spec_id,
+                    "values": t.partition_values(spec),
+                    "read_version": t.read_version,
+                    "read_branch": t.read_branch,
+                    "read_tag": t.read_tag,
+                }
+            )
+        return out
+
+    def check_schemas(self) -> list[SchemaIssue]:
+        """Registered tables whose schema does not fit the namespace schema (see
+        :func:`.health.check_schemas`)."""
+        return health.check_schemas(self.state)
+
+    def check_read_versions(
+        self, history: int | None = 50
+    ) -> tuple[list[VersionIssue], list[UncommittedVersion]]:
+        """Registered tables that cannot be read at their pinned state, and versions no manifest
+        version references (see :func:`.health.check_read_versions`)."""
+        return health.check_read_versions(self.state, history)
+
+    def find_orphans(self, history: int | None = None) -> list[Orphan]:
+        """Table directories no manifest version of ``history`` registers (see
+        :func:`.health.find_orphans`)."""
+        return health.find_orphans(self.state, history)
+
+    def check_integrity(self, sample: int | None = None, seed: int = 0) -> list[IntegrityIssue]:
+        """Rows whose partition values differ from their table's registered values (see
+        :func:`.health.check_integrity`)."""
+        return health.check_integrity(self.state, sample, seed)
+
+    def history(self, since: int = 0, until: int | None = None) -> Iterator[Commit]:
+        """The commits after manifest version ``since`` up to ``until`` (default: the latest),
+        oldest first (see :func:`.history.commits`)."""
+        from .history import commits  # history reads versions through the facade
+
+        return commits(self.uri, since, until, self.state.storage_options)

@@ -1,0 +1,267 @@
+"""The ``__manifest`` commit of a write: one :class:`WriteCommit` per write mode (see
+:mod:`.append`, :mod:`.overwrite`) registers the partition tables the write committed, in one
+commit through :meth:`ManifestStore.commit`.
+
+A commit is planned against the latest manifest version, which may be newer than the version
+the write started from (its base) when other commits landed meanwhile. Each mode decides what
+those concurrent commits may have done for the write to be rebased onto them, and when it gives
+up with :class:`CommitConflictError` instead: :meth:`WriteCommit.validate` for the commit as a
+whole, :meth:`WriteCommit.place` for each partition."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import lance
+import pyarrow as pa
+
+from ..errors import CommitConflictError, VersionGoneError
+from ..manifest import (
+    SEP,
+    TABLE_NAME,
+    ManifestSnapshot,
+    ManifestStore,
+    TableEntry,
+    missing_files,
+    overwritten_ids,
+    partition_field_columns,
+)
+from ..manifest_ops import ManifestEdit
+from ..spec import PartitionSpec
+from .mode import WriteMode
+from .pending import BaseIndex, Key, PendingPartition
+from .result import PartitionWrite, WriteResult
+from .table import TableWriter
+
+WRITER_ID = "dagster-lance-partitioned"  # commit property ``writer`` of this package's commits
+
+
+@dataclass
+class Attempt:
+    """One planning of a write's manifest commit against the latest manifest version ``snap``:
+    what ``snap`` registers for the write's keys, and the edit being built."""
+
+    snap: ManifestSnapshot
+    tables: dict[Key, TableEntry]
+    namespaces: dict[tuple[int, Key], str]  # (spec id, key prefix) -> namespace object id
+    edit: ManifestEdit
+
+
+class WriteCommit(ABC):
+    """The manifest commit of one write in mode :attr:`mode`, from manifest version ``base``."""
+
+    mode: ClassVar[WriteMode]
+    replaces: ClassVar[bool] = False  # the write replaces the partitions it touches
+    fills_named_partitions: ClassVar[bool] = False  # named partitions without rows get emptied
+
+    def __init__(
+        self,
+        store: ManifestStore,
+        base: ManifestSnapshot,
+        spec: PartitionSpec,
+        schema: pa.Schema,
+        tables: TableWriter,
+        lookup: BaseIndex,
+        commit_properties: dict[str, str] | None = None,
+    ) -> None:
+        self.store = store
+        self.base = base
+        self.spec = spec
+        self.schema = schema
+        self.tables = tables
+        self.lookup = lookup
+        self.commit_properties = dict(commit_properties or {})
+        self._overwritten: dict[int, set[str] | None] = {}
+
+    # -- what a mode decides --------------------------------------------------------------------
+    def needs_commit(self, pending: Sequence[PendingPartition]) -> bool:
+        """Whether a write of ``pending`` changes anything (else no commit is made)."""
+        return bool(pending)
+
+    def validate(self, snap: ManifestSnapshot) -> None:
+        """Raise :class:`CommitConflictError` when the commits since the base version make this
+        write impossible as a whole (they are in ``snap``, the latest version)."""
+        return None  # by default, each partition is validated by place()
+
+    @abstractmethod
+    def place(
+        self, pending: PendingPartition, current: TableEntry | None, attempt: Attempt
+    ) -> PartitionWrite:
+        """Register ``pending`` in ``attempt.edit``, rebasing it onto ``current`` (the table the
+        latest version registers for its key) when concurrent commits changed the partition,
+        or raising :class:`CommitConflictError` when this mode cannot."""
+
+    def deregister(self, attempt: Attempt, pending: Sequence[PendingPartition]) -> list[str]:
+        """Tables the write removes besides registering ``pending`` (added to the edit)."""
+        return []
+
+    def overwritten(self, results: Sequence[PartitionWrite]) -> str:
+        """Commit property ``overwritten``: the table ids the commit replaced, as JSON."""
+        return json.dumps(sorted(p.object_id for p in results if p.replaced))
+
+    # -- the commit -----------------------------------------------------------------------------
+    def commit(self, pending: Sequence[PendingPartition]) -> WriteResult:
+        """Register ``pending`` (every table committed) in one manifest commit."""
+        results: list[PartitionWrite] = []
+        removed: list[str] = []
+
+        def plan(snap: ManifestSnapshot) -> ManifestEdit:
+            results.clear()
+            removed.clear()
+            self.validate(snap)
+            if snap.metadata.get(self.spec.key) != self.base.metadata.get(self.spec.key):
+                raise CommitConflictError(
+                    f"{self.store.root}: partition spec v{self.spec.spec_id} changed while this "
+                    "write was running (e.g. an upgrade); retry the write"
+                )
+            if snap is self.base:
+                tables, namespaces = self.lookup.tables, dict(self.lookup.namespaces)
+            else:
+                keys = {p.key for p in pending}
+                tables = snap.find_tables(self.spec, keys)
+                prefixes = {k[:n] for k in keys for n in range(1, len(k) + 1)}
+                namespaces = dict(snap.find_namespaces(self.spec, prefixes))
+            # the spec's manifest columns and v<N> namespace come with its first write
+            edit = ManifestEdit(new_columns=partition_field_columns([self.spec]))
+            edit.upserts[self.spec.namespace] = {"object_type": "namespace"}
+            attempt = Attempt(snap, tables, namespaces, edit)
+            for p in pending:
+                results.append(self.place(p, tables.get(p.key), attempt))
+            removed.extend(self.deregister(attempt, pending))
+            edit.properties = {
+                "operation": "write",
+                "mode": self.mode,
+                "writer": WRITER_ID,
+                "overwritten": self.overwritten(results),
+                **self.commit_properties,
+            }
+            return edit
+
+        def load(ds: lance.LanceDataset) -> ManifestSnapshot:
+            # a manifest version never changes: without a concurrent commit, reuse the base
+            if ds.version == self.base.version:
+                return self.base
+            return ManifestSnapshot(ds, list(self.base.specs.values()))
+
+        self._check_data_files(pending)
+        snap = self.store.commit(load, plan)
+        if self.spec.draft and snap.metadata.get(self.spec.key) != self.base.metadata.get(
+            self.spec.key
+        ):
+            # an upgrade switched the draft specs while this commit was in flight, and Lance
+            # merged the two: give this write's rows their current-shape columns too
+            from ..compat import refill_after_switch
+
+            refill_after_switch(self.store, self.base.specs, self.schema)
+        return WriteResult(
+            manifest_version=snap.version,
+            spec_id=self.spec.spec_id,
+            mode=self.mode,
+            partitions=tuple(results),
+            removed=tuple(removed),
+        )
+
+    def _check_data_files(self, pending: Sequence[PendingPartition]) -> None:
+        """Raise :class:`VersionGoneError` when a data file this write made is gone (a vacuum
+        with a grace period shorter than the write removed it as uncommitted)."""
+        gone = missing_files(
+            self.store.root,
+            [(p.object_id, p.location, p.data_files) for p in pending],
+            self.store.storage_options,
+        )
+        if gone:
+            listed = ", ".join(f"{oid} ({path})" for oid, path in gone[:5])
+            raise VersionGoneError(
+                f"{self.store.root}: {len(gone)} data file(s) this write made are gone before "
+                f"its manifest commit: {listed}. A vacuum with a grace period shorter than the "
+                "write removed them; nothing of the write is visible, retry it"
+            )
+
+    # -- helpers of the modes -------------------------------------------------------------------
+    def overwritten_since(self, snap: ManifestSnapshot) -> set[str] | None:
+        """Table ids replaced by the commits after the base version up to ``snap`` (None:
+        unknown, treat every table as replaced)."""
+        if snap.version not in self._overwritten:
+            self._overwritten[snap.version] = self._replaced_between(snap)
+        return self._overwritten[snap.version]
+
+    def _replaced_between(self, snap: ManifestSnapshot) -> set[str] | None:
+        out: set[str] = set()
+        for version in range(self.base.version + 1, snap.version + 1):
+            ids = overwritten_ids(self.store.commit_properties(version, via=snap.dataset))
+            if ids is None:
+                return None
+            out |= ids
+        return out
+
+    def conflict(self, pending: PendingPartition, what: str, oid: str) -> CommitConflictError:
+        """The error of a partition this write replaced that a concurrent commit ``what``."""
+        return CommitConflictError(
+            f"partition {pending.values(self.spec)} {what} by a concurrent commit while this "
+            "write replaced it; nothing of this write is visible, retry it",
+            [oid],
+        )
+
+    def register_existing(
+        self, pending: PendingPartition, target: TableEntry, version: int, attempt: Attempt
+    ) -> PartitionWrite:
+        """Register ``version`` of the registered table ``target`` for ``pending``."""
+        attempt.edit.upserts[target.object_id] = {
+            "read_version": version,
+            "location": target.location,
+        }
+        return PartitionWrite(
+            target.object_id,
+            target.location,
+            pending.values(self.spec),
+            pending.rows,
+            version,
+            created=False,
+            replaced=self.replaces,
+            bytes_written=pending.bytes_written,
+        )
+
+    def register_new(
+        self, pending: PendingPartition, attempt: Attempt, copy: bool
+    ) -> PartitionWrite:
+        """Register namespaces and a table for a partition the latest manifest does not have
+        (``copy``: our rows must move out of the table they were committed to)."""
+        edit, namespaces = attempt.edit, attempt.namespaces
+        path = [self.spec.namespace]
+        row_values: dict[str, Any] = {}
+        for level, f in enumerate(self.spec.fields, start=1):
+            row_values[f.column] = pending.key[level - 1]
+            prefix = pending.key[:level]
+            known = namespaces.get((self.spec.spec_id, prefix))
+            if known is None:
+                known = SEP.join([*path, pending.path[level]])
+                edit.upserts[known] = {"object_type": "namespace", "metadata": "{}", **row_values}
+                namespaces[(self.spec.spec_id, prefix)] = known
+            path = known.split(SEP)
+        oid = SEP.join([*path, TABLE_NAME])
+        location, version = pending.location, pending.version
+        if copy or oid != pending.object_id:
+            # the rows must live in a table directory named after the registered object id
+            location, version = self.tables.relocated(pending, oid)
+        assert version is not None
+        edit.upserts[oid] = {
+            "object_type": "table",
+            "location": location,
+            "metadata": "{}",
+            "read_version": version,
+            **row_values,
+        }
+        return PartitionWrite(
+            oid,
+            location,
+            pending.values(self.spec),
+            pending.rows,
+            version,
+            created=True,
+            replaced=self.replaces,
+            bytes_written=pending.bytes_written,
+        )

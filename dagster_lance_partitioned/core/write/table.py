@@ -1,0 +1,365 @@
+"""The table commit: writing one partition's rows as fragments and committing them as a new
+(detached) version of its partition table, in the layout the table takes.
+
+Every version a write makes is detached (Lance marks those with :data:`DETACHED_BIT`): it is
+reachable only through the ``read_version`` the manifest commit registers, so a write that never
+reaches that commit leaves no trace readers can see. Appends land on a detached copy of exactly
+the registered version (see :meth:`TableWriter.detached_base`); when the table's schema is older
+than the write's, the table first takes the append layout (see :meth:`TableWriter.append_into`).
+The rebase helpers (:meth:`TableWriter.copy_into`, :meth:`TableWriter.relocated`) move a write's
+rows when a concurrent manifest commit registered another table for its partition."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import lance
+import pyarrow as pa
+from lance import LanceOperation
+from lance.fragment import FragmentMetadata, write_fragments
+from lance.schema import LanceSchema
+
+from .. import storage
+from ..conform import append_layout, column_sources, conform_to, same_layout
+from ..manifest import ManifestStore, TableEntry, table_location
+from ..partition_constants import fill_constants, identity_constants
+from ..spec import PartitionSpec
+from .pending import Key, PendingPartition
+
+DETACHED_BIT = 1 << 63  # Lance marks detached versions with the top bit
+MAX_ROWS_PER_FILE = 1024 * 1024
+TABLE_WRITE_THREADS = 8  # partition tables written and committed concurrently
+
+
+class TableWriter:
+    """Writes and commits the partition tables of one write (``schema``: the namespace schema
+    with field ids; ``write_schema``: what the rows are written with)."""
+
+    def __init__(
+        self,
+        store: ManifestStore,
+        spec: PartitionSpec,
+        schema: pa.Schema,
+        write_schema: pa.Schema,
+    ) -> None:
+        self.store = store
+        self.spec = spec
+        self.schema = schema
+        self.write_schema = write_schema
+        self._relocations: dict[tuple[Key, str], tuple[str, int]] = {}
+
+    def uri(self, pending: PendingPartition) -> str:
+        """Where ``pending``'s table lives."""
+        return storage.table_uri(self.store.root, pending.location, pending.object_id)
+
+    def _entry_uri(self, entry: TableEntry) -> str:
+        return storage.table_uri(self.store.root, entry.location, entry.object_id)
+
+    # -- fragments ------------------------------------------------------------------------------
+    def write_rows(self, pending: PendingPartition, table: pa.Table, replace: bool) -> None:
+        """Write ``table`` (rows of the write schema) as more fragments of ``pending``."""
+        if pending.existing is not None and not replace:
+            # appends: fragments in the layout the table takes (see append_into), with field
+            # ids numbered from that layout as the table's are
+            layout, version = self.append_layout(pending)
+            pending.fragments.extend(
+                self.write_layout(
+                    conform_to(table, layout, column_sources(self.write_schema, layout)),
+                    self.uri(pending),
+                    layout,
+                    version,
+                )
+            )
+        else:
+            # replacements take the write schema's ids; new tables are created by the write
+            pending.fragments.extend(
+                write_fragments(
+                    table,
+                    self.uri(pending),
+                    schema=self.write_schema,
+                    mode="create" if pending.existing is None else "overwrite",
+                    max_rows_per_file=MAX_ROWS_PER_FILE,
+                    storage_options=self.store.storage_options,
+                )
+            )
+
+    def append_layout(self, pending: PendingPartition) -> tuple[pa.Schema, str]:
+        """The layout (and storage version) of ``pending``'s appended fragments, fixed at the
+        first flush from the table at its registered version."""
+        if pending.layout is None or pending.storage_version is None:
+            assert pending.existing is not None
+            ds = self.open(pending.existing)
+            pending.layout = append_layout(ds.schema, self.write_schema)
+            pending.storage_version = ds.data_storage_version
+        return pending.layout, pending.storage_version
+
+    def write_layout(
+        self,
+        data: pa.Table | pa.RecordBatchReader,
+        uri: str,
+        layout: pa.Schema,
+        storage_version: str,
+    ) -> list[FragmentMetadata]:
+        """Fragments of ``data`` (shaped ``layout``) with field ids numbered from ``layout``."""
+        return write_fragments(
+            data,
+            uri,
+            schema=layout,
+            mode="overwrite",
+            max_rows_per_file=MAX_ROWS_PER_FILE,
+            data_storage_version=storage_version,
+            storage_options=self.store.storage_options,
+        )
+
+    # -- versions -------------------------------------------------------------------------------
+    def open(self, entry: TableEntry) -> lance.LanceDataset:
+        """A registered partition table at its registered version."""
+        version = self.base_version(entry)
+        return lance.dataset(
+            self._entry_uri(entry), version=version, storage_options=self.store.storage_options
+        )
+
+    def base_version(self, entry: TableEntry) -> int:
+        """The table version ``entry`` registers (its tag resolved)."""
+        uri = self._entry_uri(entry)
+        storage.check_ref_name(entry.read_tag, entry.object_id, "read_tag")
+        if entry.read_version is not None:
+            return int(entry.read_version)
+        version: int | str | None = entry.read_tag
+        ds = lance.dataset(uri, version=version, storage_options=self.store.storage_options)
+        return ds.version
+
+    def create(self, pending: PendingPartition, table: pa.Table) -> None:
+        """Create ``pending``'s new table holding all of its rows (``table``) in one call."""
+        ds = lance.write_dataset(
+            table,
+            self.uri(pending),
+            schema=self.write_schema,
+            mode="create",
+            max_rows_per_file=MAX_ROWS_PER_FILE,
+            storage_options=self.store.storage_options,
+        )
+        pending.record_written(frag.metadata for frag in ds.get_fragments())
+        pending.version = ds.version
+
+    def commit_written(self, pending: PendingPartition, replace: bool) -> None:
+        """Commit ``pending``'s fragments as the new version of its table."""
+        pending.record_written(pending.fragments)
+        pending.version = self.commit(pending, pending.existing, replace)
+
+    def commit(self, pending: PendingPartition, onto: TableEntry | None, replace: bool) -> int:
+        """Commit ``pending``'s fragments as a new version of table ``onto`` (None: create
+        ``pending``'s table) that appends to or replaces its registered version; return it."""
+        uri = self._entry_uri(onto) if onto else self.uri(pending)
+        opts = self.store.storage_options
+        if onto is None:
+            op = LanceOperation.Overwrite(self.write_schema, pending.fragments)
+            return lance.LanceDataset.commit(uri, op, storage_options=opts).version
+        base = self.base_version(onto)
+        if not replace:
+            return self.append_into(pending, uri, self.detached_base(uri, base))
+        op = LanceOperation.Overwrite(self.write_schema, pending.fragments)
+        ds = lance.LanceDataset.commit(
+            uri, op, read_version=base, detached=True, storage_options=opts
+        )
+        return ds.version
+
+    def detached_base(self, uri: str, base: int) -> int:
+        """A detached version with exactly ``base``'s content.
+
+        Lance rebases a commit onto later versions of the main line, which may hold data no
+        manifest registered; a detached base has no later versions, so an append lands on
+        exactly the registered content."""
+        if base >= DETACHED_BIT:
+            return base
+        opts = self.store.storage_options
+        latest = lance.dataset(uri, storage_options=opts).version
+        restored = lance.LanceDataset.commit(
+            uri,
+            LanceOperation.Restore(base),
+            read_version=latest,
+            detached=True,
+            storage_options=opts,
+        )
+        return restored.version
+
+    def append_into(self, pending: PendingPartition, uri: str, base: int) -> int:
+        """Append ``pending``'s rows to the table at detached version ``base``; return the new
+        detached version.
+
+        When the table's schema is older than the write's (columns added, renamed, promoted or
+        dropped since it was written), it first takes the append layout: metadata-only (a Lance
+        Project: renames, added NULL columns, relaxed nullability) when its columns keep their
+        positions and types, else by rewriting its rows in the new layout together with ours."""
+        opts = self.store.storage_options
+        ds = lance.dataset(uri, version=base, storage_options=opts)
+        layout = append_layout(ds.schema, self.write_schema)
+        version = ds.data_storage_version
+        fragments = pending.fragments
+        if pending.layout is None or not (
+            same_layout(layout, pending.layout) and version == pending.storage_version
+        ):
+            # the table changed under us (a concurrent commit): re-lay our rows out for it
+            fragments = self.write_layout(self.our_rows(pending, layout), uri, layout, version)
+        constants = identity_constants(self.spec, self.schema, pending.values(self.spec))
+        if any(v is not None and n not in ds.schema.names for n, v in constants.items()):
+            # an imported (Hive) table lacks its key columns: store them once, with our rows
+            return self._rewrite_with(ds, layout, fragments, uri, constants)
+        if not same_layout(ds.schema, layout):
+            evolved = _project(ds, layout, uri, opts)
+            if evolved is None:
+                return self._rewrite_with(ds, layout, fragments, uri)
+            base = evolved
+        ds = lance.LanceDataset.commit(
+            uri,
+            LanceOperation.Append(fragments),
+            read_version=base,
+            detached=True,
+            storage_options=opts,
+        )
+        return ds.version
+
+    def _rewrite_with(
+        self,
+        ds: lance.LanceDataset,
+        layout: pa.Schema,
+        fragments: list[FragmentMetadata],
+        uri: str,
+        constants: dict[str, Any] | None = None,
+    ) -> int:
+        """A detached version holding the table's rows re-written in ``layout`` (identity
+        partition columns it lacks filled from ``constants``) plus ``fragments``."""
+
+        sources = column_sources(ds.schema, layout)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            """The table's batches in ``layout``."""
+            for batch in ds.to_batches():
+                table = conform_to(batch, layout, sources)
+                if constants:
+                    table = fill_constants(table, constants, layout)
+                yield from table.to_batches()
+
+        reader = pa.RecordBatchReader.from_batches(layout, batches())
+        carried = self.write_layout(reader, uri, layout, ds.data_storage_version)
+        op = LanceOperation.Overwrite(layout, [*carried, *fragments])
+        new = lance.LanceDataset.commit(
+            uri,
+            op,
+            read_version=ds.version,
+            detached=True,
+            storage_options=self.store.storage_options,
+        )
+        return new.version
+
+    # -- moving rows for a rebase ---------------------------------------------------------------
+    def our_rows(self, pending: PendingPartition, shape: pa.Schema) -> pa.Table:
+        """The rows this write put in ``pending``'s table (without the table's earlier rows),
+        shaped ``shape``."""
+        written = pending.layout or self.write_schema
+        return conform_to(self._stored_rows(pending), shape, column_sources(written, shape))
+
+    def _stored_rows(self, pending: PendingPartition) -> pa.Table:
+        """The rows this write put in ``pending``'s table, as its fragments hold them."""
+        opts = self.store.storage_options
+        if pending.existing is None:
+            assert pending.version is not None
+            return lance.dataset(
+                self.uri(pending), version=pending.version, storage_options=opts
+            ).to_table()
+        only_ours = lance.LanceDataset.commit(
+            self.uri(pending),
+            LanceOperation.Overwrite(pending.layout or self.write_schema, pending.fragments),
+            read_version=self.base_version(pending.existing),
+            detached=True,
+            storage_options=opts,
+        )
+        return only_ours.to_table()
+
+    def relocated(self, pending: PendingPartition, oid: str) -> tuple[str, int]:
+        """Our rows as a new table whose directory is named for ``oid`` (cached across
+        retries): its location and version."""
+        cached = self._relocations.get((pending.key, oid))
+        if cached is None:
+            location = table_location(oid)
+            uri = storage.join(self.store.root, location)
+            ds = lance.write_dataset(
+                self.our_rows(pending, self.write_schema),
+                uri,
+                schema=self.write_schema,
+                storage_options=self.store.storage_options,
+            )
+            cached = self._relocations[(pending.key, oid)] = (location, ds.version)
+        return cached
+
+    def copy_into(self, pending: PendingPartition, target: TableEntry, replace: bool) -> int:
+        """Re-write our rows into a partition table that another writer registered; return the
+        new version of that table."""
+        frags = write_fragments(
+            self.our_rows(pending, self.write_schema),
+            self._entry_uri(target),
+            schema=self.write_schema,
+            mode="overwrite",
+            storage_options=self.store.storage_options,
+        )
+        # appends re-lay these out for the target table if it needs another layout
+        copy = PendingPartition(pending.key, target, pending.path, target.location, fragments=frags)
+        return self.commit(copy, target, replace)
+
+
+def for_each_table(
+    pendings: Sequence[PendingPartition], finish: Callable[[PendingPartition], None]
+) -> None:
+    """Run ``finish`` on every partition, several tables at a time."""
+    if len(pendings) <= 1:
+        for p in pendings:
+            finish(p)
+        return
+    with ThreadPoolExecutor(max_workers=min(TABLE_WRITE_THREADS, len(pendings))) as pool:
+        for future in [pool.submit(finish, p) for p in pendings]:
+            future.result()
+
+
+def _lance_ids(fields: list[Any]) -> list[int]:
+    """Lance field ids of ``fields`` and their children, depth first."""
+    out: list[int] = []
+    for f in fields:
+        out.append(f.id())
+        out.extend(_lance_ids(f.children()))
+    return out
+
+
+def _project(
+    ds: lance.LanceDataset, layout: pa.Schema, uri: str, opts: dict[str, str] | None
+) -> int | None:
+    """A detached version of ``ds`` with schema ``layout`` changed in metadata only, or None
+    when that is not possible (columns moved, types changed, or field ids not numbered as
+    ``layout`` numbers them)."""
+    current = ds.schema
+    sources = column_sources(current, layout)
+    if len(layout) < len(current) or any(
+        sources[layout.field(i).name] != f.name or layout.field(i).type != f.type
+        for i, f in enumerate(current)
+    ):
+        return None
+    ids = _lance_ids(ds.lance_schema.fields())
+    if ids != _lance_ids(LanceSchema.from_pyarrow(current).fields()):
+        return None
+    known = set(ids)
+    for fragment in ds.get_fragments():
+        for data_file in fragment.metadata.files:
+            if not {i for i in data_file.fields if i >= 0} <= known:
+                return None  # a file still holds a dropped field the new columns would take
+    try:
+        new = lance.LanceDataset.commit(
+            uri,
+            LanceOperation.Project(LanceSchema.from_pyarrow(layout)),
+            read_version=ds.version,
+            detached=True,
+            storage_options=opts,
+        )
+    except (OSError, ValueError):
+        return None
+    return new.version

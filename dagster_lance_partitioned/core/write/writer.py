@@ -1,0 +1,114 @@
+"""One write into a partitioned namespace: split rows by the current spec (ingest), write each
+partition's rows as a new version of its partition table (table commit), then register
+everything in one ``__manifest`` commit of the write's mode, until which readers see the
+previous state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from ..conform import table_write_schema
+from ..manifest import ManifestSnapshot, ManifestStore
+from ..spec import PartitionSpec
+from .append import AppendCommit
+from .commit import WriteCommit
+from .ingest import Naming, PartitionIngest
+from .mode import WriteMode, check_mode
+from .overwrite import OverwriteCommit, OverwritePartitionsCommit
+from .pending import Key, PendingPartition
+from .result import WriteResult
+from .table import TableWriter, for_each_table
+
+COMMITS: dict[WriteMode, type[WriteCommit]] = {
+    c.mode: c for c in (AppendCommit, OverwritePartitionsCommit, OverwriteCommit)
+}
+
+
+class PartitionWriter:
+    """One write into a partitioned namespace, from a base manifest snapshot.
+
+    ``schema`` is the namespace schema with field ids, ``spec`` the spec rows are partitioned
+    by. ``before_commit`` is called with the partitions once their tables are committed, just
+    before the manifest commit (a test seam). ``partitions`` names the only partitions the write
+    may touch; ``naming`` names the namespaces and tables it creates (default: random)."""
+
+    def __init__(
+        self,
+        store: ManifestStore,
+        base: ManifestSnapshot,
+        schema: pa.Schema,
+        spec: PartitionSpec,
+        mode: str,
+        commit_properties: dict[str, str] | None = None,
+        before_commit: Callable[[list[PendingPartition]], None] | None = None,
+        partitions: Iterable[Mapping[str, Any]] | None = None,
+        naming: Naming | None = None,
+    ) -> None:
+        self.mode: WriteMode = check_mode(mode)
+        self.store = store
+        self.base = base
+        self.schema = schema
+        self.spec = spec
+        # no field-level ids (Lance drops them); dlp:field_ids in the schema metadata instead
+        self.write_schema = table_write_schema(schema)
+        self.before_commit = before_commit
+        commit_type = COMMITS[self.mode]
+        self.tables = TableWriter(store, spec, schema, self.write_schema)
+        self.ingest = PartitionIngest(
+            base, spec, schema, self.tables, commit_type.replaces, partitions, naming
+        )
+        self.manifest_commit = commit_type(
+            store, base, spec, schema, self.tables, self.ingest.lookup, commit_properties
+        )
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Raise :class:`SchemaMismatchError` naming the column when rows of ``schema`` cannot
+        be written."""
+        self.ingest.check_schema(schema)
+
+    def new_partition(self, key: Key) -> PendingPartition:
+        """Where the rows of partition ``key`` go (its registered table, else a new one)."""
+        return self.ingest.new_partition(key)
+
+    def write(self, data: Any) -> WriteResult:
+        """Write ``data`` and commit; nothing is visible unless this returns."""
+        self.ingest.ingest(data)
+        if self.manifest_commit.fills_named_partitions:
+            self.ingest.add_named_empty()
+        pending = list(self.ingest.pending.values())
+        if not self.manifest_commit.needs_commit(pending):
+            # nothing to write and nothing to deregister: no commit
+            return WriteResult(self.base.version, self.spec.spec_id, self.mode, (), (), False)
+        for_each_table(pending, self._finish_table)
+        if self.before_commit is not None:
+            self.before_commit(pending)
+        return self.manifest_commit.commit(pending)
+
+    def stage(self, data: Any) -> list[PendingPartition]:
+        """Write ``data`` as fragments of its partition tables and commit nothing (a worker of
+        a staged write); the partitions are for :meth:`commit_staged` on the driver."""
+        self.ingest.ingest(data)
+        for pending in self.ingest.pending.values():
+            self.ingest.flush(pending)
+        return list(self.ingest.pending.values())
+
+    def commit_staged(self, partitions: Iterable[PendingPartition]) -> WriteResult:
+        """Commit every partition table of ``partitions`` (staged by workers) once, then the
+        manifest commit."""
+        self.ingest.adopt(partitions)
+        if self.manifest_commit.fills_named_partitions:
+            self.ingest.add_named_empty()
+        pending = list(self.ingest.pending.values())
+        for_each_table(pending, self._finish_table)
+        return self.manifest_commit.commit(pending)
+
+    def _finish_table(self, pending: PendingPartition) -> None:
+        """Flush what is buffered and commit ``pending``'s table version."""
+        if pending.existing is None and not pending.fragments:
+            self.tables.create(pending, self.ingest.take_rows(pending))
+            return
+        self.ingest.flush(pending)
+        self.tables.commit_written(pending, self.manifest_commit.replaces)
