@@ -13,11 +13,17 @@ from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_END_TAG,
     ASSET_PARTITION_RANGE_START_TAG,
 )
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from spark_fixtures import spark_session  # noqa: F401
 
 from dagster_lance_partitioned import PartitionedNamespace
-from dagster_lance_partitioned.orchestration import LancePartitionedIOManager
+from dagster_lance_partitioned.core.errors import UnnamedPartitionError
+from dagster_lance_partitioned.orchestration import (
+    LancePartitionedIOManager,
+    SparkHandler,
+    WriteRequest,
+)
 
 TZ = "America/New_York"
 daily = dg.DailyPartitionsDefinition(start_date="2024-03-01", end_date="2024-04-01", timezone=TZ)
@@ -250,3 +256,91 @@ def test_spark_input_is_distributed_and_pruned(spark, io):
     ).success
     assert seen["rows"] == 18  # three airports of one day, out of 31 x 3 partitions
     assert 1 <= seen["input_partitions"] <= 3  # only the three partition tables were planned
+
+
+# -- package errors keep their class across Spark -------------------------------------------------
+def test_spark_out_of_partition_row_keeps_its_error_class(spark, io, tmp_path):
+    """A row outside the allowed partitions is refused in a Spark executor with the core's
+    UnnamedPartitionError; the driver raises that class (values and sample row intact), not
+    Spark's PythonException, and the IO manager turns it into PartitionKeyMismatchError."""
+    flights, _ = _defs(spark)
+    instance = dg.DagsterInstance.ephemeral()
+    assert dg.materialize(
+        [flights], instance=instance, resources={"io_manager": io}, partition_key=KEY
+    ).success
+    uri = io.uri_for(dg.AssetKey("flights"))
+    ns = PartitionedNamespace.open(uri)
+    before = fingerprint(uri)
+    allowed = [dict(p["values"]) for p in ns.partitions()]  # 2024-03-20 | LGA only
+    df = spark.createDataFrame(_rows("2024-03-20", "LGA") + _rows("2024-03-22", "EWR")[:1], SCHEMA)
+
+    request = WriteRequest("overwrite_partitions", allowed, {"source": "test"})
+    with pytest.raises(UnnamedPartitionError) as raised:
+        SparkHandler().write(df, ns, request)
+    error = raised.value
+    assert type(error) is UnnamedPartitionError
+    assert list(error.values.values()) == [dt.date(2024, 3, 22), "EWR"]
+    assert error.sample["origin"] == "EWR" and error.sample["seq"] == 0
+    assert "may not touch" in str(error)
+    assert isinstance(error.__cause__, PySparkException)  # what Spark raised, kept as the cause
+    assert fingerprint(uri) == before
+
+    bad, _ = _defs(spark, extra_day="2024-03-22")
+    result = dg.materialize(
+        [bad], instance=instance, resources={"io_manager": io}, partition_key=KEY,
+        raise_on_error=False,
+    )  # fmt: skip
+    assert not result.success
+    classes = []
+    for event in result.get_step_failure_events():
+        err = event.step_failure_data.error
+        while err is not None:
+            classes.append(err.cls_name)
+            err = err.cause
+    assert "PartitionKeyMismatchError" in classes and "UnnamedPartitionError" in classes
+    assert fingerprint(uri) == before
+
+
+def test_spark_merge_through_the_handler_scoped_to_the_run(spark, io):
+    """``lance/write_mode: merge`` with a Spark DataFrame: merged through the Spark handler,
+    counts in the metadata match the table; a rerun inserts nothing."""
+    state = {"extra": False}
+
+    @dg.asset(
+        name="flights",
+        partitions_def=by_origin,
+        metadata={
+            "partition_expr": {"date": "ts", "origin": "origin"},
+            "lance/write_mode": "merge",
+            "lance/merge_on": ["ts", "origin"],
+        },
+    )
+    def merged(context) -> DataFrame:
+        day, origin = _keys(context)[0]
+        rows = _rows(day, origin)
+        if state["extra"]:  # a later version of the day: delays changed, one more flight
+            rows = [(ts, o, seq, delay + 10) for ts, o, seq, delay in rows]
+            rows.append((rows[-1][0] + dt.timedelta(hours=1), origin, 6, 1.0))
+        return spark.createDataFrame(rows, SCHEMA)
+
+    instance = dg.DagsterInstance.ephemeral()
+
+    def run() -> dict:
+        result = dg.materialize(
+            [merged], instance=instance, resources={"io_manager": io}, partition_key=KEY
+        )
+        [event] = result.get_asset_materialization_events()
+        return {k: v.value for k, v in event.materialization.metadata.items()}
+
+    first = run()
+    assert (first["lance/rows_inserted"], first["lance/rows_updated"]) == (6, 0)
+    assert first["lance/engine"] == "spark"
+    state["extra"] = True
+    second = run()
+    assert (second["lance/rows_inserted"], second["lance/rows_updated"]) == (1, 6)
+    assert second["dagster/partition_row_count"] == 7
+    third = run()
+    assert third["lance/rows_inserted"] == 0 and third["dagster/partition_row_count"] == 7
+    table = PartitionedNamespace.open(io.uri_for(dg.AssetKey("flights"))).to_table()
+    assert sorted(table["seq"].to_pylist()) == [0, 1, 2, 3, 4, 5, 6]
+    assert sorted(table["delay"].to_pylist())[:2] == [1.0, 10.5]

@@ -348,6 +348,8 @@ def test_write_dataframe_result_is_read_back_from_the_commit(spark, tmp_path):
     props = ManifestStore(ns.uri).commit_properties(ns.version)
     assert len(props["write_id"]) == 16 and props["spark.result"].startswith("z")
     assert len(props["spark.result"]) < 400
+    assert props["engine"] == "spark"  # stored as dlp.engine, read back without the prefix
+    assert not any(k.startswith("dlp.") for k in props)
 
 
 def test_plain_write_scatters_fragments_and_says_how_to_cluster(spark, tmp_path):

@@ -3,38 +3,64 @@ asset checks, sensors and the maintenance job. The ``dg`` component is
 ``dagster_lance_partitioned.orchestration.component.LancePartitionedComponent``."""
 
 from .checks import build_lance_partitioned_checks
-from .errors import InvalidAssetKeyError, MissingUpstreamPartitionsError, StorageRootError
-from .handlers import UnsupportedTypeError
-from .io_manager import (
+from .errors import (
     EvolutionRefusedError,
-    LancePartitionedIOManager,
+    InvalidAssetKeyError,
+    MissingUpstreamPartitionsError,
     PartitionKeyMismatchError,
-    column_schema,
+    StorageRootError,
+    UnsupportedTypeError,
 )
+from .handlers import (
+    ArrowReaderHandler,
+    ArrowTableHandler,
+    MergeRequest,
+    PandasHandler,
+    ReadRequest,
+    SparkHandler,
+    TypeHandler,
+    WriteRequest,
+    default_type_handlers,
+)
+from .io_manager import LancePartitionedIOManager, column_schema
 from .layout import Layout, PartitionLayoutError, time_window
 from .maintenance import (
     MaintenanceConfig,
+    RetentionRule,
     build_lance_maintenance_job,
     build_lance_maintenance_schedule,
 )
+from .output import MergeOptions, OutputSlice
 from .sensors import build_lance_external_change_sensor, build_lance_schema_sensor
 
 __all__ = [
+    "ArrowReaderHandler",
+    "ArrowTableHandler",
     "EvolutionRefusedError",
     "InvalidAssetKeyError",
     "LancePartitionedIOManager",
     "Layout",
     "MaintenanceConfig",
+    "MergeOptions",
+    "MergeRequest",
     "MissingUpstreamPartitionsError",
+    "OutputSlice",
+    "PandasHandler",
     "PartitionKeyMismatchError",
     "PartitionLayoutError",
+    "ReadRequest",
+    "RetentionRule",
+    "SparkHandler",
     "StorageRootError",
+    "TypeHandler",
     "UnsupportedTypeError",
+    "WriteRequest",
     "build_lance_external_change_sensor",
     "build_lance_maintenance_job",
     "build_lance_maintenance_schedule",
     "build_lance_partitioned_checks",
     "build_lance_schema_sensor",
     "column_schema",
+    "default_type_handlers",
     "time_window",
 ]

@@ -119,7 +119,7 @@ def _checks_of(
     return _run
 
 
-def _where(w: WatchedAsset, ns: PartitionedNamespace, spec_id: int, values: dict) -> str:
+def _where(w: WatchedAsset, ns: PartitionedNamespace, spec_id: int, values: dict[str, Any]) -> str:
     """A partition as a person knows it: its Dagster key, else its values."""
     key = w.key_of(ns, spec_id, values)
     return key if key is not None else json.dumps(values, default=str, sort_keys=True)

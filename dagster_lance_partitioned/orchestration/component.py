@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import dagster as dg
 from dagster.components import (
@@ -78,7 +78,7 @@ class LancePartitionedComponent(Component, Resolvable, Model):
     )
     io_manager_key: str = Field(default="io_manager", description="The IO manager's key.")
     checks: list[CheckName] = Field(
-        default_factory=lambda: list(CHECKS), description="Which asset checks to add."
+        default_factory=lambda: list(get_args(CheckName)), description="Which asset checks to add."
     )
     blocking_checks: list[CheckName] = Field(
         default_factory=list, description="Checks that stop downstream assets when they fail."

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ..core.errors import PartitionedNamespaceError
+from typing import Any
+
+from ..core.errors import PartitionedNamespaceError, SchemaError, WriteError
 
 
 class InvalidAssetKeyError(PartitionedNamespaceError):
@@ -34,3 +36,38 @@ class StorageRootError(PartitionedNamespaceError):
     def __init__(self, message: str, path: str) -> None:
         super().__init__(message)
         self.path = path
+
+
+class PartitionKeyMismatchError(WriteError):
+    """An asset's output holds a row of a partition the run does not target, or (a merge) a key
+    whose stored row lies in such a partition; nothing was committed. ``partition_key`` is that
+    partition's Dagster key, ``sample`` one such row (when known)."""
+
+    def __init__(
+        self,
+        message: str,
+        partition_key: str | None = None,
+        sample: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.partition_key = partition_key
+        self.sample = sample
+
+
+class EvolutionRefusedError(SchemaError):
+    """The partitions definition or the schema changed and the asset's metadata says ``error``."""
+
+
+class UnsupportedTypeError(PartitionedNamespaceError, TypeError):
+    """An asset returned, or an input asked for, a type no type handler of the IO manager
+    stores or loads (or ``type_handlers()`` returned something that is not a handler)."""
+
+
+class RetentionRuleError(PartitionedNamespaceError, ValueError):
+    """A maintenance job's retention rule is unusable (neither or both of a filter and an age,
+    a column that is not a date or timestamp, an asset the job does not maintain); nothing was
+    deleted. ``asset`` is the asset key it names."""
+
+    def __init__(self, message: str, asset: str) -> None:
+        super().__init__(message)
+        self.asset = asset

@@ -1,22 +1,30 @@
 """Type handlers: how each dataframe type an asset may return or take is written into and read
 from a partitioned namespace. Arrow and pandas go through the core; Spark DataFrames through the
-Spark layer (rows stay in the executors)."""
+Spark layer (rows stay in the executors).
+
+A handler is a :class:`TypeHandler` ``[T]`` for the types in its ``supported_types``. Only the
+conversion to and from Arrow is abstract: writes, merges, reads and the row checks go through
+Arrow by default, and an engine whose rows live elsewhere (Spark) overrides them. Users add
+handlers by overriding ``LancePartitionedIOManager.type_handlers()`` (as with
+dagster-duckdb's ``DuckDBIOManager.type_handlers()``); the first handler supporting a type wins.
+"""
 
 from __future__ import annotations
 
+import abc
+import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
-from ..core.errors import PartitionedNamespaceError
 from ..core.namespace import PartitionedNamespace
-from ..core.writer import WriteResult
+from ..core.row_changes import RowChangeResult
+from ..core.write import WriteMode, WriteResult
+from .errors import UnsupportedTypeError
 
-
-class UnsupportedTypeError(PartitionedNamespaceError, TypeError):
-    """An asset returned, or an input asked for, a type the IO manager cannot store."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -30,65 +38,139 @@ class ReadRequest:
     storage_options: dict[str, str] | None
 
 
-class TypeHandler:
-    """Converts one dataframe type to and from a partitioned namespace."""
+@dataclass(frozen=True)
+class WriteRequest:
+    """What a write does: ``mode``, the only ``partitions`` it may touch (``{field id: value}``;
+    None: any) and the properties its manifest commit records."""
 
-    name = "?"
-    engine: str | None = None  # the asset kind of the compute engine, if any
+    mode: WriteMode
+    partitions: list[dict[str, Any]] | None
+    commit_properties: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class MergeRequest:
+    """What a merge does (see ``PartitionedNamespace.merge_insert``): key columns ``on``, what
+    happens to matched, new and (``when_not_matched_by_source``) unmatched stored rows, the
+    stored rows a ``"delete"`` of the latter is limited to (``scope``), commit properties."""
+
+    on: tuple[str, ...]
+    when_matched: str
+    when_not_matched: str
+    when_not_matched_by_source: str
+    scope: str | None
+    commit_properties: Mapping[str, str]
+
+
+class TypeHandler(abc.ABC, Generic[T]):
+    """Converts one kind of dataframe (``supported_types``) to and from a partitioned namespace.
+
+    A subclass implements ``supported_types``, ``to_arrow`` and ``from_arrow``; everything else
+    goes through Arrow, and may be overridden where the rows should not be collected (Spark).
+    For example, Polars::
+
+        class PolarsHandler(TypeHandler[pl.DataFrame]):
+            supported_types = (pl.DataFrame,)
+
+            def to_arrow(self, obj):
+                return obj.to_arrow()
+
+            def from_arrow(self, data):
+                return pl.from_arrow(data.read_all())
+    """
+
+    engine: ClassVar[str | None] = None  # the asset kind of the compute engine, if any
+    # to_arrow() returns a stream that reads ``obj`` up: it can be converted only once
+    single_pass: ClassVar[bool] = False
+
+    @property
+    @abc.abstractmethod
+    def supported_types(self) -> Sequence[type]:
+        """The types this handler writes (instances) and loads (input annotations)."""
+
+    @abc.abstractmethod
+    def to_arrow(self, obj: T) -> pa.Table | pa.RecordBatchReader:
+        """``obj`` as Arrow (a table, or a stream of batches)."""
+
+    @abc.abstractmethod
+    def from_arrow(self, data: pa.RecordBatchReader) -> T:
+        """The loaded rows ``data`` as this handler's type."""
+
+    # -- dispatch -----------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The supported types, for messages."""
+        return ", ".join(_type_name(t) for t in self.supported_types) or type(self).__name__
 
     def handles(self, obj: Any) -> bool:
-        raise NotImplementedError
+        """Whether this handler writes ``obj``."""
+        types = tuple(self.supported_types)
+        return bool(types) and isinstance(obj, types)
 
     def handles_type(self, typ: Any) -> bool:
-        raise NotImplementedError
+        """Whether this handler loads an input annotated ``typ``."""
+        types = tuple(self.supported_types)
+        return bool(types) and isinstance(typ, type) and issubclass(typ, types)
 
-    def schema(self, obj: Any) -> pa.Schema:
-        raise NotImplementedError
+    # -- output -------------------------------------------------------------------------------
+    def schema(self, obj: T) -> pa.Schema:
+        """The Arrow schema of ``obj``'s rows."""
+        return self.to_arrow(obj).schema
 
-    def write(
-        self,
-        obj: Any,
-        ns: PartitionedNamespace,
-        mode: str,
-        partitions: list[dict[str, Any]] | None,
-        commit_properties: Mapping[str, str],
-    ) -> WriteResult | None:
-        raise NotImplementedError
+    def write(self, obj: T, ns: PartitionedNamespace, request: WriteRequest) -> WriteResult | None:
+        """Write ``obj`` into ``ns`` (one manifest commit); None when nothing was committed."""
+        return ns.write(
+            self.to_arrow(obj),
+            request.mode,
+            partitions=request.partitions,
+            commit_properties=dict(request.commit_properties),
+        )
 
-    def read(self, request: ReadRequest) -> Any:
-        raise NotImplementedError
+    def merge(self, obj: T, ns: PartitionedNamespace, request: MergeRequest) -> RowChangeResult:
+        """Merge ``obj``'s rows into ``ns`` on ``request.on`` (one manifest commit)."""
+        return ns.merge_insert(
+            self.to_arrow(obj),
+            list(request.on),
+            when_matched=request.when_matched,
+            when_not_matched=request.when_not_matched,
+            when_not_matched_by_source=request.when_not_matched_by_source,
+            scope=request.scope,
+            commit_properties=dict(request.commit_properties),
+        )
 
-    def sample_outside(self, obj: Any, row_filter: str) -> dict[str, Any] | None:
-        """One row of ``obj`` not matching ``row_filter`` (for error messages)."""
-        raise NotImplementedError
+    def sample_outside(self, obj: T, row_filter: str) -> dict[str, Any] | None:
+        """One row of ``obj`` that ``row_filter`` does not select (NULL counts as not
+        selected), or None; for a single-pass type None (its write checks every row)."""
+        if self.single_pass:
+            return None
+        return _sample_outside_arrow(_as_table(self.to_arrow(obj)), row_filter)
+
+    def key_table(self, obj: T, columns: Sequence[str]) -> pa.Table:
+        """The ``columns`` of ``obj``'s rows as an Arrow table (merge key checks)."""
+        return _as_table(self.to_arrow(obj)).select(list(columns))
+
+    # -- input --------------------------------------------------------------------------------
+    def read(self, request: ReadRequest) -> T:
+        """The rows ``request`` selects, as this handler's type."""
+        return self.from_arrow(_open(request).scan(request.filter, request.columns))
+
+
+def _type_name(t: type) -> str:
+    return f"{t.__module__.split('.')[0]}.{t.__qualname__}"
+
+
+def _as_table(data: pa.Table | pa.RecordBatchReader) -> pa.Table:
+    return data.read_all() if isinstance(data, pa.RecordBatchReader) else data
 
 
 def _open(request: ReadRequest) -> PartitionedNamespace:
     return PartitionedNamespace.open(request.uri, request.storage_options, request.version)
 
 
-class ArrowTableHandler(TypeHandler):
-    name = "pyarrow.Table"
-
-    def handles(self, obj: Any) -> bool:
-        return isinstance(obj, pa.Table | pa.RecordBatch)
-
-    def handles_type(self, typ: Any) -> bool:
-        return typ in (pa.Table, pa.RecordBatch)
-
-    def schema(self, obj: Any) -> pa.Schema:
-        return obj.schema
-
-    def write(self, obj, ns, mode, partitions, commit_properties):  # type: ignore[no-untyped-def]
-        return ns.write(obj, mode, partitions=partitions, commit_properties=dict(commit_properties))
-
-    def read(self, request: ReadRequest) -> Any:
-        return _open(request).to_table(request.filter, request.columns)
-
-    def sample_outside(self, obj: Any, row_filter: str) -> dict[str, Any] | None:
-        return _sample_outside_arrow(
-            pa.table(obj) if isinstance(obj, pa.RecordBatch) else obj, row_filter
-        )
+def outside(row_filter: str) -> str:
+    """A predicate selecting the rows ``row_filter`` does not select, NULL included (valid in
+    DataFusion and Spark SQL)."""
+    return f"NOT coalesce(({row_filter}), FALSE)"
 
 
 def _sample_outside_arrow(table: pa.Table, row_filter: str) -> dict[str, Any] | None:
@@ -96,82 +178,103 @@ def _sample_outside_arrow(table: pa.Table, row_filter: str) -> dict[str, Any] | 
 
     ctx = dfn.SessionContext()
     ctx.register_record_batches("t", [table.to_batches()])
-    rows = ctx.sql(f"SELECT * FROM t WHERE NOT ({row_filter}) LIMIT 1").to_arrow_table()
+    rows = ctx.sql(f"SELECT * FROM t WHERE {outside(row_filter)} LIMIT 1").to_arrow_table()
     return rows.to_pylist()[0] if rows.num_rows else None
 
 
-class ArrowReaderHandler(ArrowTableHandler):
-    name = "pyarrow.RecordBatchReader"
+class ArrowTableHandler(TypeHandler[pa.Table]):
+    """``pyarrow.Table`` (and ``RecordBatch`` outputs); inputs annotated with either load as a
+    table."""
 
-    def handles(self, obj: Any) -> bool:
-        return isinstance(obj, pa.RecordBatchReader)
+    @property
+    def supported_types(self) -> Sequence[type]:
+        return (pa.Table, pa.RecordBatch)
 
-    def handles_type(self, typ: Any) -> bool:
-        return typ is pa.RecordBatchReader
+    @property
+    def name(self) -> str:
+        return "pyarrow.Table"
 
-    def read(self, request: ReadRequest) -> Any:
-        return _open(request).scan(request.filter, request.columns)
+    def to_arrow(self, obj: pa.Table | pa.RecordBatch) -> pa.Table:
+        return pa.Table.from_batches([obj]) if isinstance(obj, pa.RecordBatch) else obj
 
-    def sample_outside(self, obj: Any, row_filter: str) -> dict[str, Any] | None:
-        return None  # a reader is consumed by the write; the core error has a sample row
+    def from_arrow(self, data: pa.RecordBatchReader) -> pa.Table:
+        return data.read_all()
+
+    def schema(self, obj: pa.Table | pa.RecordBatch) -> pa.Schema:
+        return obj.schema
 
 
-class PandasHandler(TypeHandler):
-    name = "pandas.DataFrame"
+class ArrowReaderHandler(TypeHandler[pa.RecordBatchReader]):
+    """``pyarrow.RecordBatchReader``: streamed in and out."""
 
-    def handles(self, obj: Any) -> bool:
+    single_pass = True
+
+    @property
+    def supported_types(self) -> Sequence[type]:
+        return (pa.RecordBatchReader,)
+
+    def to_arrow(self, obj: pa.RecordBatchReader) -> pa.RecordBatchReader:
+        return obj
+
+    def from_arrow(self, data: pa.RecordBatchReader) -> pa.RecordBatchReader:
+        return data
+
+
+class PandasHandler(TypeHandler[Any]):
+    """``pandas.DataFrame`` (the index is not stored)."""
+
+    @property
+    def supported_types(self) -> Sequence[type]:
         pd = _pandas()
-        return pd is not None and isinstance(obj, pd.DataFrame)
+        return (pd.DataFrame,) if pd is not None else ()
 
-    def handles_type(self, typ: Any) -> bool:
-        pd = _pandas()
-        return pd is not None and typ is pd.DataFrame
+    def to_arrow(self, obj: Any) -> pa.Table:
+        return pa.Table.from_pandas(obj, preserve_index=False)
+
+    def from_arrow(self, data: pa.RecordBatchReader) -> Any:
+        return data.read_all().to_pandas()
 
     def schema(self, obj: Any) -> pa.Schema:
         return pa.Schema.from_pandas(obj, preserve_index=False)
 
-    def write(self, obj, ns, mode, partitions, commit_properties):  # type: ignore[no-untyped-def]
-        table = pa.Table.from_pandas(obj, preserve_index=False)
-        return ns.write(
-            table, mode, partitions=partitions, commit_properties=dict(commit_properties)
-        )
-
-    def read(self, request: ReadRequest) -> Any:
-        return _open(request).to_table(request.filter, request.columns).to_pandas()
-
-    def sample_outside(self, obj: Any, row_filter: str) -> dict[str, Any] | None:
-        return _sample_outside_arrow(pa.Table.from_pandas(obj, preserve_index=False), row_filter)
-
 
 def _pandas() -> Any:
     try:
-        import pandas as pd
+        return importlib.import_module("pandas")
     except ImportError:  # pragma: no cover - pandas is optional
         return None
-    return pd
 
 
-class SparkHandler(TypeHandler):
+class SparkHandler(TypeHandler[Any]):
     """Spark DataFrames (classic and Connect): distributed writes and reads through the
-    ``lance_partitioned`` data source."""
+    ``lance_partitioned`` data source, merges through ``spark.merge.merge_dataframe``. Package
+    errors raised in Spark's Python workers come back with their own class."""
 
-    name = "pyspark.sql.DataFrame"
     engine = "spark"
 
-    def handles(self, obj: Any) -> bool:
+    @property
+    def supported_types(self) -> Sequence[type]:
         DataFrame = _spark_dataframe()
-        return DataFrame is not None and isinstance(obj, DataFrame)
+        return (DataFrame,) if DataFrame is not None else ()
 
-    def handles_type(self, typ: Any) -> bool:
-        DataFrame = _spark_dataframe()
-        return DataFrame is not None and isinstance(typ, type) and issubclass(typ, DataFrame)
+    @property
+    def name(self) -> str:
+        return "pyspark.sql.DataFrame"
+
+    def to_arrow(self, obj: Any) -> pa.Table:
+        return obj.toArrow()  # collects to the driver: only for handlers built on this one
+
+    def from_arrow(self, data: pa.RecordBatchReader) -> Any:
+        return _spark().createDataFrame(data.read_all())
 
     def schema(self, obj: Any) -> pa.Schema:
         from ..spark.types import arrow_schema
 
         return arrow_schema(obj.schema)
 
-    def write(self, obj, ns, mode, partitions, commit_properties):  # type: ignore[no-untyped-def]
+    def write(
+        self, obj: Any, ns: PartitionedNamespace, request: WriteRequest
+    ) -> WriteResult | None:
         from ..spark import register, write_dataframe
 
         register(obj.sparkSession)  # idempotent; the session may not know the format yet
@@ -180,25 +283,45 @@ class SparkHandler(TypeHandler):
         result = write_dataframe(
             obj,
             ns.uri,
-            mode,
-            partition_values=partitions,
+            request.mode,
+            partition_values=request.partitions,
             storage_options=ns.storage_options,
-            commit_properties=dict(commit_properties),
+            commit_properties=dict(request.commit_properties),
         )
-        if result is None and partitions and mode == "overwrite_partitions":
+        assert not isinstance(result, RowChangeResult)  # only mode "merge" gives one
+        if result is None and request.partitions and request.mode == "overwrite_partitions":
             # Spark committed nothing (no rows): the named partitions still become empty
             empty = pa.Table.from_batches([], schema=self.schema(obj))
             result = ns.write(
-                empty, mode, partitions=partitions, commit_properties=dict(commit_properties)
+                empty,
+                request.mode,
+                partitions=request.partitions,
+                commit_properties=dict(request.commit_properties),
             )
         return result
 
-    def read(self, request: ReadRequest) -> Any:
-        from pyspark.sql import SparkSession
+    def merge(self, obj: Any, ns: PartitionedNamespace, request: MergeRequest) -> RowChangeResult:
+        from ..spark import register
+        from ..spark.merge import merge_dataframe
 
+        register(obj.sparkSession)
+        # distributed; package errors raised in its tasks come back with their own class
+        return merge_dataframe(
+            obj,
+            ns.uri,
+            list(request.on),
+            when_matched=request.when_matched,
+            when_not_matched=request.when_not_matched,
+            when_not_matched_by_source=request.when_not_matched_by_source,
+            scope=request.scope,
+            storage_options=ns.storage_options,
+            commit_properties=dict(request.commit_properties),
+        )
+
+    def read(self, request: ReadRequest) -> Any:
         from ..spark import read_dataframe, register
 
-        spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        spark = _spark()
         register(spark)
         return read_dataframe(
             spark,
@@ -210,8 +333,17 @@ class SparkHandler(TypeHandler):
         )
 
     def sample_outside(self, obj: Any, row_filter: str) -> dict[str, Any] | None:
-        rows = obj.where(f"NOT ({row_filter})").limit(1).collect()
+        rows = obj.where(outside(row_filter)).limit(1).collect()
         return rows[0].asDict(recursive=True) if rows else None
+
+    def key_table(self, obj: Any, columns: Sequence[str]) -> pa.Table:
+        return obj.select(*columns).toArrow()  # the key columns only reach the driver
+
+
+def _spark() -> Any:
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
 
 
 def _spark_dataframe() -> Any:
@@ -222,33 +354,57 @@ def _spark_dataframe() -> Any:
     return DataFrame
 
 
-HANDLERS: tuple[TypeHandler, ...] = (
-    ArrowTableHandler(),
-    ArrowReaderHandler(),
-    PandasHandler(),
-    SparkHandler(),
-)
+def default_type_handlers() -> list[TypeHandler[Any]]:
+    """The handlers the IO manager uses unless ``type_handlers()`` is overridden: Arrow tables,
+    Arrow record batch readers, pandas and Spark DataFrames."""
+    return [ArrowTableHandler(), ArrowReaderHandler(), PandasHandler(), SparkHandler()]
 
 
-def handler_for_object(obj: Any, asset: str) -> TypeHandler:
-    """The handler that writes ``obj``."""
-    for h in HANDLERS:
+def handler_for_object(
+    obj: Any, asset: str, handlers: Sequence[TypeHandler[Any]] | None = None
+) -> TypeHandler[Any]:
+    """The first of ``handlers`` (default: :func:`default_type_handlers`) that writes ``obj``."""
+    handlers = default_type_handlers() if handlers is None else handlers
+    for h in handlers:
         if h.handles(obj):
             return h
     raise UnsupportedTypeError(
         f"asset {asset} returned a {type(obj).__module__}.{type(obj).__name__}; the Lance "
-        f"IO manager stores {', '.join(h.name for h in HANDLERS)}"
+        f"IO manager stores {_names(handlers)} (add a TypeHandler for others: override "
+        "LancePartitionedIOManager.type_handlers())"
     )
 
 
-def handler_for_type(typ: Any, asset: str) -> TypeHandler:
-    """The handler that loads an input annotated ``typ`` (Any / no annotation: Arrow)."""
+def handler_for_type(
+    typ: Any, asset: str, handlers: Sequence[TypeHandler[Any]] | None = None
+) -> TypeHandler[Any]:
+    """The first of ``handlers`` that loads an input annotated ``typ``; Any / no annotation:
+    the one loading ``pyarrow.Table`` (else the first)."""
+    handlers = default_type_handlers() if handlers is None else handlers
     if typ is None or typ is Any or typ is object:
-        return HANDLERS[0]
-    for h in HANDLERS:
+        typ = pa.Table
+        if not any(h.handles_type(typ) for h in handlers) and handlers:
+            return handlers[0]
+    for h in handlers:
         if h.handles_type(typ):
             return h
     raise UnsupportedTypeError(
         f"input from asset {asset} is annotated {typ!r}; the Lance IO manager loads "
-        f"{', '.join(h.name for h in HANDLERS)}"
+        f"{_names(handlers)} (add a TypeHandler for others: override "
+        "LancePartitionedIOManager.type_handlers())"
     )
+
+
+def check_handlers(handlers: Sequence[Any]) -> list[TypeHandler[Any]]:
+    """``handlers`` as a list, refusing anything that is not a :class:`TypeHandler`."""
+    out = list(handlers)
+    for h in out:
+        if not isinstance(h, TypeHandler):
+            raise UnsupportedTypeError(
+                f"type_handlers() returned {h!r}, which is not a TypeHandler instance"
+            )
+    return out
+
+
+def _names(handlers: Sequence[TypeHandler[Any]]) -> str:
+    return ", ".join(h.name for h in handlers if h.supported_types)

@@ -1,20 +1,27 @@
 """``LancePartitionedIOManager``: Dagster assets stored as Lance partitioned namespaces, one per
 asset at ``<root>/<asset key path>``. A run's partitions (one key, a range or any set) are
-written and committed in one manifest commit; inputs load exactly their mapped partitions."""
+written and committed in one manifest commit; inputs load exactly their mapped partitions.
+
+An output is handled in steps: :class:`OutputSlice` describes, from the context alone, which
+part of which namespace the output writes and how (like Dagster's ``TableSlice``); *prepare*
+opens, creates or evolves the namespace; *write* hands the rows to the output type's
+:class:`~.handlers.TypeHandler` (a write or a merge); *describe* turns the result into
+materialization metadata."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
+from ..core.arrow_json import field_id
 from ..core.errors import (
     CommitConflictError,
     NamespaceNotFoundError,
@@ -27,48 +34,69 @@ from ..core.errors import (
     clean_message,
 )
 from ..core.evolution import is_widening
+from ..core.filters import quote_ident, sql_literal
+from ..core.health import parallel_map
 from ..core.namespace import PartitionedNamespace
 from ..core.partition_by import parse_partition_by
+from ..core.row_changes import RowChangeResult
+from ..core.scan import open_table
 from ..core.spec import PartitionField, resolve_fields
-from ..core.writer import WRITE_MODES, WriteResult
-from .errors import InvalidAssetKeyError, MissingUpstreamPartitionsError, StorageRootError
-from .handlers import ReadRequest, TypeHandler, handler_for_object, handler_for_type
+from ..core.write import WriteResult, check_mode
+from .errors import (
+    EvolutionRefusedError,
+    InvalidAssetKeyError,
+    MissingUpstreamPartitionsError,
+    PartitionKeyMismatchError,
+    StorageRootError,
+)
+from .handlers import (
+    MergeRequest,
+    ReadRequest,
+    TypeHandler,
+    WriteRequest,
+    check_handlers,
+    default_type_handlers,
+    handler_for_object,
+    handler_for_type,
+)
 from .layout import Layout, PartitionLayoutError
+from .output import (
+    MERGE,
+    MERGE_ON,
+    MergeOptions,
+    OutputSlice,
+    OutputValue,
+)
 
 PARTITION_BY = "lance/partition_by"
-WRITE_MODE = "lance/write_mode"
 SPEC_UPDATE_MODE = "lance/partition_spec_update_mode"
 SCHEMA_UPDATE_MODE = "lance/schema_update_mode"
 VERSION = "lance/version"
 ALLOW_MISSING = "lance/allow_missing_partitions"  # input metadata: load absent keys as no rows
 MANIFEST_VERSION = "lance/manifest_version"
-COMMIT_SOURCE = "dagster-lance-partitioned/io-manager"  # commit property dlp.source
 UPDATE_MODES = ("update", "error")
 OPEN_ATTEMPTS = 5  # opens of a namespace that another run is creating at that instant
 EVOLVE_ATTEMPTS = 10  # re-evaluations of a schema / spec change racing other runs' changes
+COUNT_THREADS = 8  # partition tables whose rows are counted at once (merge metadata)
 
 # an asset key part usable as one directory name: letters, digits, '_' and '-', with '.' only
 # between them (so never '.', '..', a hidden name or a trailing dot)
 _SAFE_KEY_PART = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*")
 # exceptions of Lance and Arrow (and the OS under them) that handle_output reports as StorageError
 _RAW_ERRORS = (OSError, RuntimeError, ValueError, pa.ArrowException)
-
-
-class PartitionKeyMismatchError(WriteError):
-    """An asset's output holds a row of a partition the run does not target."""
-
-
-class EvolutionRefusedError(SchemaError):
-    """The partitions definition or the schema changed and the asset's metadata says ``error``."""
+# a merge's input keys pushed into the lookup of keys stored outside the run (more: a scan)
+_KEY_LOOKUP_MAX = 2_000
 
 
 class LancePartitionedIOManager(dg.ConfigurableIOManager):
     """Stores assets as Lance partitioned namespaces at ``<root>/<asset key path>``.
 
     Outputs and inputs may be Spark DataFrames, pyarrow Tables / RecordBatchReaders or pandas
-    DataFrames (chosen by the object, and for inputs by the type annotation). Partitioned assets
-    need metadata ``partition_expr`` (a column, or ``{dimension: column}``); unpartitioned ones
-    ``lance/partition_by``. Each run replaces exactly its partitions in one manifest commit."""
+    DataFrames (chosen by the object, and for inputs by the type annotation); more types by
+    overriding :meth:`type_handlers`. Partitioned assets need metadata ``partition_expr`` (a
+    column, or ``{dimension: column}``); unpartitioned ones ``lance/partition_by``. Each run
+    replaces exactly its partitions in one manifest commit, or with ``lance/write_mode:
+    merge`` upserts its rows on the ``lance/merge_on`` columns."""
 
     root: str = Field(description="Where the namespaces live: a local path or an object store URI.")
     storage_options: dict[str, str] | None = Field(
@@ -77,7 +105,8 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
     write_mode: str = Field(
         default="overwrite_partitions",
         description="Default write mode of unpartitioned assets stored with lance/partition_by: "
-        "overwrite_partitions, append or overwrite (metadata lance/write_mode overrides it).",
+        "overwrite_partitions, append, overwrite or merge (metadata lance/write_mode "
+        "overrides it).",
     )
     partition_spec_update_mode: str = Field(
         default="update",
@@ -94,6 +123,22 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         description="Load inputs at the manifest version recorded by the upstream "
         "materialization (reproducible reads) instead of the latest.",
     )
+
+    # -- type handlers ------------------------------------------------------------------------
+    @staticmethod
+    def type_handlers() -> Sequence[TypeHandler[Any]]:
+        """The handlers of output and input types, the first supporting a type winning.
+        Override it in a subclass to store more types (or to replace a built-in handler)::
+
+            class MyIOManager(LancePartitionedIOManager):
+                @staticmethod
+                def type_handlers() -> Sequence[TypeHandler[Any]]:
+                    return [PolarsHandler(), *default_type_handlers()]
+        """
+        return default_type_handlers()
+
+    def _handlers(self) -> list[TypeHandler[Any]]:
+        return check_handlers(self.type_handlers())
 
     # -- run start ----------------------------------------------------------------------------
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
@@ -129,7 +174,18 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             return
         uri = self.uri_for(context.asset_key)  # refuses unsafe keys before anything else
         try:
-            self._handle_output(context, obj, uri)
+            out = OutputSlice.of(context, uri, self.write_mode)
+            handlers = self._handlers()
+            value = OutputValue(obj, handler_for_object(obj, out.asset, handlers), handlers)
+            ns, spec_changed = self._prepare(out, value)
+            context.log.info(
+                f"writing {out.asset} into {uri} ({out.mode}"
+                + (f", {len(out.keys)} partition key(s)" if out.keys is not None else "")
+                + f", spec v{ns.current_spec.spec_id})"
+            )
+            result = self._write(out, value, ns)
+            ns.refresh()
+            shared, per_key = self._describe(out, value, ns, result, spec_changed)
         except PartitionedNamespaceError:
             raise
         except _RAW_ERRORS as e:
@@ -139,88 +195,190 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
                 namespace=uri,
                 path=uri,
             ) from e
+        if per_key and not _add_partition_metadata(context, per_key):
+            shared["lance/partition_row_counts"] = dg.MetadataValue.json(
+                {k: m["dagster/partition_row_count"] for k, m in per_key.items()}
+            )
+        context.add_output_metadata(shared)
 
-    def _handle_output(self, context: dg.OutputContext, obj: Any, uri: str) -> None:
-        asset_key = context.asset_key
-        asset = asset_key.to_user_string()
-        meta = dict(context.definition_metadata or {})
-        handler = handler_for_object(obj, asset)
-        schema = handler.schema(obj)
-
-        layout: Layout | None = None
-        keys: list[str] | None = None
-        if context.has_asset_partitions:
-            layout = Layout.of(asset, context.asset_partitions_def, meta.get("partition_expr"))
-            keys = list(context.asset_partition_keys)
-            mode = "overwrite_partitions"
-        else:
-            mode = str(meta.get(WRITE_MODE, self.write_mode))
-            if mode not in WRITE_MODES:
-                raise WriteError(
-                    f"asset {asset}: {WRITE_MODE} {mode!r} is not one of {', '.join(WRITE_MODES)}"
-                )
-
-        # everything that would change the namespace before the data commit is checked first,
-        # so a refused run leaves it exactly as it was
-        checked = False
-
-        def check_rows() -> None:
-            nonlocal obj, handler, checked
-            if checked or layout is None or keys is None:
-                return
-            if isinstance(obj, pa.RecordBatchReader):  # read twice: check, then write
-                obj = obj.read_all()
-                handler = handler_for_object(obj, asset)
-            sample = handler.sample_outside(obj, layout.row_filter(keys, schema))
-            if sample is not None:
-                raise self._stray_row(layout, keys, schema, None, sample)
-            checked = True
+    def _prepare(self, out: OutputSlice, value: OutputValue) -> tuple[PartitionedNamespace, bool]:
+        """The namespace ``out`` writes into, created or evolved (schema, partition spec) for
+        ``value``; True when its partitioning changed. Everything that would change the
+        namespace before the data commit is checked first (update modes, merge keys, and --
+        before any such change -- that every row is one of the run's keys), so a refused run
+        leaves it exactly as it was."""
+        if out.merge is not None:
+            out.merge.check_columns(out.asset, value.schema)
 
         def create() -> PartitionedNamespace:
-            fields = self._fields(asset, schema, layout, meta)
-            check_rows()
+            fields = self._fields(out.asset, value.schema, out.layout, out.metadata)
+            value.check_rows(out)
             # of runs creating it at once one wins; the others get the winner's namespace,
             # whose schema may lack some of this output's columns: evolve it like any other
             return PartitionedNamespace.create(
-                uri, schema, fields, self.storage_options, exist_ok=True
+                out.uri, value.schema, fields, self.storage_options, exist_ok=True
             )
 
-        ns = self._open_or_create(uri, create)
-        spec_changed = self._evolve(ns, asset, schema, layout, meta, check_rows)
-        partitions = None
-        if layout is not None and keys is not None:
-            field_ids = [f.field_id for f in ns.current_spec.fields]
-            partitions = layout.partitions(keys, ns.schema, field_ids)
-        props = {
-            "source": COMMIT_SOURCE,  # stored as dlp.source (core prefixes its properties)
-            "dagster.run_id": context.run_id,
-            "dagster.asset_key": asset,
-        }
-        if keys is not None:
-            props["dagster.partition_keys"] = json.dumps(keys)
-        context.log.info(
-            f"writing {asset} into {uri} ({mode}"
-            + (f", {len(keys)} partition key(s)" if keys is not None else "")
-            + f", spec v{ns.current_spec.spec_id})"
+        ns = self._open_or_create(out.uri, create)
+        spec_changed = self._evolve(
+            ns, out.asset, value.schema, out.layout, out.metadata, lambda: value.check_rows(out)
         )
+        return ns, spec_changed
+
+    def _write(
+        self, out: OutputSlice, value: OutputValue, ns: PartitionedNamespace
+    ) -> WriteResult | RowChangeResult | None:
+        """Hand the rows to the handler: a merge, or a write of exactly the run's partitions."""
+        if out.merge is not None:
+            return self._merge(out, out.merge, value, ns)
+        request = WriteRequest(check_mode(out.mode), out.partitions(ns), out.commit_properties)
         try:
-            result = handler.write(obj, ns, mode, partitions, props)
-        except UnnamedPartitionError as e:
-            raise self._stray_row(layout, keys, ns.schema, e.values.values(), e.sample) from e
-        except WriteError as e:
-            if layout is not None and keys is not None and "may not touch" in str(e):
-                sample = handler.sample_outside(obj, layout.row_filter(keys, ns.schema))
-                raise self._stray_row(layout, keys, ns.schema, None, sample) from e
-            raise
-        ns.refresh()
-        shared = self._output_metadata(ns, asset, uri, result, keys, layout, handler, spec_changed)
-        if keys is not None and len(keys) > 1 and layout is not None and result is not None:
-            per_key = _per_key_metadata(result, keys, layout)
-            if not _add_partition_metadata(context, per_key):
-                shared["lance/partition_row_counts"] = dg.MetadataValue.json(
-                    {k: m["dagster/partition_row_count"] for k, m in per_key.items()}
-                )
-        context.add_output_metadata(shared)
+            return value.handler.write(value.obj, ns, request)
+        except UnnamedPartitionError as e:  # a row of another key (also from Spark executors)
+            raise out.stray_row(ns.schema, e.values.values(), e.sample) from e
+
+    def _merge(
+        self, out: OutputSlice, merge: MergeOptions, value: OutputValue, ns: PartitionedNamespace
+    ) -> RowChangeResult:
+        """Merge the output on its keys. For a partitioned asset the merge is the run's keys':
+        a row of another key, or an input key stored in a partition of another key (the merge
+        would move it out of there), is refused; ``delete`` of unmatched stored rows removes
+        only rows of the run's keys (and of ``lance/merge_scope``)."""
+        scopes = [merge.scope] if merge.scope else []
+        if out.partitioned:
+            value.check_rows(out)  # no core check: a merge may write any partition
+            if merge.when_matched == "update":
+                self._refuse_moves(out, merge, value, ns)
+            scopes.insert(0, out.row_filter(ns.schema))
+        by_source = merge.when_not_matched_by_source == "delete"
+        request = MergeRequest(
+            merge.on,
+            merge.when_matched,
+            merge.when_not_matched,
+            merge.when_not_matched_by_source,
+            " AND ".join(f"({s})" for s in scopes) if by_source and scopes else None,
+            out.commit_properties,
+        )
+        return value.handler.merge(value.obj, ns, request)
+
+    def _refuse_moves(
+        self, out: OutputSlice, merge: MergeOptions, value: OutputValue, ns: PartitionedNamespace
+    ) -> None:
+        """Raise :class:`PartitionKeyMismatchError` when an input key is stored in a partition
+        outside the run's keys. Only possible when the keys do not include the partition
+        source columns of every spec; then the stored keys outside the run are looked up
+        (pruned by ``on IN (input keys)`` when the input has few)."""
+        assert out.layout is not None
+        names = {field_id(f): f.name for f in ns.schema_with_ids}
+        sources = {names.get(s) for spec in ns.specs for f in spec.fields for s in f.source_ids}
+        if sources <= set(merge.on):
+            return  # a key's partition follows from the key: it is the row's own
+        value.materialize()
+        on = list(merge.on)
+        types = pa.schema([ns.schema.field(c).with_nullable(True) for c in on])
+        try:
+            keys = value.handler.key_table(value.obj, on).select(on).cast(types)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return  # keys of another type: the merge itself refuses them, naming the column
+        if not keys.num_rows:
+            return
+        where = [f"NOT ({out.row_filter(ns.schema)})"]
+        for name in on:
+            distinct = keys.column(name).unique().drop_null().to_pylist()
+            if 0 < len(distinct) <= _KEY_LOOKUP_MAX:
+                try:
+                    literals = ", ".join(sql_literal(v) for v in distinct)
+                except PartitionedNamespaceError:  # a value SQL cannot spell: no pruning by it
+                    continue
+                where.append(f"{quote_ident(name)} IN ({literals})")
+        columns = list(dict.fromkeys([*on, *(d.column for d in out.layout.dimensions)]))
+        for batch in ns.scan(" AND ".join(where), columns):
+            found = pa.Table.from_batches([batch]).join(keys, on, join_type="left semi")
+            if not found.num_rows:
+                continue
+            row = found.slice(0, 1).to_pylist()[0]
+            key = out.layout.key_of_row(row, ns.schema)
+            raise PartitionKeyMismatchError(
+                f"asset {out.asset}: merge key { ({c: row[c] for c in on}) } of the output is "
+                f"stored in partition key {key!r}, which this run does not target: the merge "
+                "would move the row out of it. Nothing was committed. Materialize both keys "
+                "in one run, or add the partition column(s) "
+                f"{[d.column for d in out.layout.dimensions]} to {MERGE_ON}",
+                key,
+                row,
+            )
+
+    def _describe(
+        self,
+        out: OutputSlice,
+        value: OutputValue,
+        ns: PartitionedNamespace,
+        result: WriteResult | RowChangeResult | None,
+        spec_changed: bool,
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """The output's metadata (on every event of the run) and, for a run of several keys,
+        each key's own: its row count and the read versions of its tables."""
+        meta: dict[str, Any] = {
+            "dagster/uri": dg.MetadataValue.path(out.uri),
+            "dagster/table_name": out.asset,
+            "dagster/column_schema": column_schema(ns.schema),
+            MANIFEST_VERSION: ns.version,
+            "lance/spec_version": ns.current_spec.spec_id,
+            "lance/spec_updated": spec_changed,
+        }
+        total: int | None = None  # the namespace's rows, when they are the count to report
+        if isinstance(result, RowChangeResult):
+            tables, total = self._merge_metadata(out, ns, result, meta)
+        else:
+            tables = [_Table.written(p) for p in result.partitions] if result else []
+            meta["lance/partitions_written"] = len(tables)
+            meta["lance/bytes_written"] = result.bytes_written if result else 0
+            if result is not None and result.removed:
+                meta["lance/partitions_removed"] = len(result.removed)
+        meta["lance/engine"] = value.handler.engine or "arrow"
+        keys, layout = out.keys, out.layout
+        rows = sum(t.rows for t in tables) if total is None else total
+        if keys is None or len(keys) == 1 or layout is None:
+            meta["lance/read_versions"] = dg.MetadataValue.json(_read_versions(tables, layout))
+            meta["dagster/row_count" if keys is None else "dagster/partition_row_count"] = rows
+            return meta, {}
+        if not isinstance(result, RowChangeResult):
+            meta["lance/rows_written"] = rows  # the run's total; each key's on its own event
+        return meta, _per_key_metadata(tables, keys, layout)
+
+    def _merge_metadata(
+        self,
+        out: OutputSlice,
+        ns: PartitionedNamespace,
+        result: RowChangeResult,
+        meta: dict[str, Any],
+    ) -> tuple[list[_Table], int | None]:
+        """Add a merge's own metadata to ``meta`` (rows inserted / updated / deleted / moved,
+        partition tables changed). Returns the tables describing it, with their rows after it:
+        those of the run's keys (current spec) -- for an unpartitioned asset the changed ones,
+        and the namespace's row count."""
+        assert out.merge is not None
+        meta.update(
+            {
+                "lance/write_mode": MERGE,
+                "lance/merge_on": dg.MetadataValue.json(list(out.merge.on)),
+                "lance/rows_inserted": dg.MetadataValue.int(result.rows_inserted),
+                "lance/rows_updated": dg.MetadataValue.int(result.rows_updated),
+                "lance/rows_deleted": dg.MetadataValue.int(result.rows_deleted),
+                "lance/rows_moved": dg.MetadataValue.int(result.rows_moved),
+                "lance/partitions_written": len(result.partitions),
+                "lance/committed": result.committed,
+            }
+        )
+        if result.partitions_removed:
+            meta["lance/partitions_removed"] = len(result.partitions_removed)
+        if not out.partitioned:
+            tables = _counted(ns, None, self.storage_options)
+            changed = set(result.partitions)
+            return [t for t in tables if t.object_id in changed], sum(t.rows for t in tables)
+        current = ns.current_spec.spec_id
+        tables = _counted(ns, out.row_filter(ns.schema), self.storage_options)
+        return [t for t in tables if t.spec_id == current], None  # older specs': no key's
 
     def _open_or_create(
         self, uri: str, create: Callable[[], PartitionedNamespace]
@@ -263,7 +421,7 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         schema: pa.Schema,
         layout: Layout | None,
         meta: Mapping[str, Any],
-        check_rows: Any,
+        check_rows: Callable[[], None],
     ) -> bool:
         """Adopt the output's added columns and widened types and a changed partitioning, after
         checking the update modes and (``check_rows``) that every row is a targeted key; True
@@ -368,60 +526,6 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
                 f"{have}; now: {want}) and {SPEC_UPDATE_MODE} is 'error'; nothing was written"
             )
 
-    def _stray_row(
-        self,
-        layout: Layout | None,
-        keys: Sequence[str] | None,
-        schema: pa.Schema,
-        values: Any,
-        sample: dict[str, Any] | None,
-    ) -> PartitionKeyMismatchError:
-        key = "?"
-        if layout is not None and values is not None:
-            key = layout.key_of(list(values))
-        elif layout is not None and sample is not None:
-            key = layout.key_of_row(sample, schema)
-        shown = list(keys or [])[:5]
-        more = f" and {len(keys) - 5} more" if keys and len(keys) > 5 else ""
-        return PartitionKeyMismatchError(
-            f"asset {layout.asset if layout else '?'}: the output holds rows of partition key "
-            f"{key!r}, which this run does not target (it targets {shown}{more}); nothing "
-            f"was committed. Sample row: {sample}"
-        )
-
-    def _output_metadata(
-        self,
-        ns: PartitionedNamespace,
-        asset: str,
-        uri: str,
-        result: WriteResult | None,
-        keys: Sequence[str] | None,
-        layout: Layout | None,
-        handler: TypeHandler,
-        spec_changed: bool,
-    ) -> dict[str, Any]:
-        rows = result.rows_written if result else 0
-        meta: dict[str, Any] = {
-            "dagster/uri": dg.MetadataValue.path(uri),
-            "dagster/table_name": asset,
-            "dagster/column_schema": column_schema(ns.schema),
-            MANIFEST_VERSION: ns.version,
-            "lance/spec_version": ns.current_spec.spec_id,
-            "lance/spec_updated": spec_changed,
-            "lance/partitions_written": len(result.partitions) if result else 0,
-            "lance/bytes_written": result.bytes_written if result else 0,
-            "lance/engine": handler.engine or "arrow",
-        }
-        if keys is None or len(keys) == 1:
-            versions = _read_versions(result.partitions, layout) if result else {}
-            meta["lance/read_versions"] = dg.MetadataValue.json(versions)
-            meta["dagster/row_count" if keys is None else "dagster/partition_row_count"] = rows
-        else:  # each key's own count and tables go on its own event (_per_key_metadata)
-            meta["lance/rows_written"] = rows
-        if result is not None and result.removed:
-            meta["lance/partitions_removed"] = len(result.removed)
-        return meta
-
     # -- input --------------------------------------------------------------------------------
     def load_input(self, context: dg.InputContext) -> Any:
         """The asset's rows of the partitions the input maps to (all rows when unpartitioned),
@@ -432,7 +536,7 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         asset = asset_key.to_user_string()
         meta = dict(context.definition_metadata or {})
         upstream_meta = dict(upstream.definition_metadata or {}) if upstream else {}
-        handler = handler_for_type(context.dagster_type.typing_type, asset)
+        handler = handler_for_type(context.dagster_type.typing_type, asset, self._handlers())
         version = meta.get(VERSION)
         keys: list[str] | None = None
         if context.has_asset_partitions:
@@ -545,7 +649,7 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             mat = r.asset_materialization
             value = mat.metadata.get(MANIFEST_VERSION) if mat is not None else None
             if value is not None:
-                versions.append(int(value.value))
+                versions.append(int(str(value.value)))
         return max(versions) if versions else None
 
 
@@ -642,17 +746,49 @@ def column_schema(schema: pa.Schema) -> dg.TableSchema:
     )
 
 
+@dataclass(frozen=True)
+class _Table:
+    """A partition table an output wrote or changed: its partition values (spec order), the
+    version now registered, and its rows (those written; for a merge, all of it now)."""
+
+    object_id: str
+    values: Mapping[str, Any]
+    read_version: int | None
+    rows: int
+    spec_id: int | None = None
+
+    @classmethod
+    def written(cls, p: Any) -> _Table:
+        """A partition a write wrote (a ``PartitionWrite``)."""
+        return cls(p.object_id, p.values, p.read_version, p.rows)
+
+
+def _counted(
+    ns: PartitionedNamespace, filter: str | None, storage_options: dict[str, str] | None
+) -> list[_Table]:
+    """The partition tables a scan with ``filter`` reads, with their row counts (from the
+    tables' metadata, a few tables at a time)."""
+    tasks = list(ns.plan_scan(filter).tasks)
+    rows = parallel_map(
+        lambda t: int(open_table(t, storage_options).count_rows()), tasks, COUNT_THREADS
+    )
+    return [
+        _Table(t.object_id, t.partition_values, t.read_version, n, t.spec_id)
+        for t, n in zip(tasks, rows, strict=True)
+    ]
+
+
 def _per_key_metadata(
-    result: WriteResult, keys: Sequence[str], layout: Layout
+    tables: Sequence[_Table], keys: Sequence[str], layout: Layout
 ) -> dict[str, dict[str, Any]]:
     """For each key of a multi-key run: its row count and the read versions of its tables."""
     rows = dict.fromkeys(keys, 0)
-    mine: dict[str, list] = {k: [] for k in keys}
-    for p in result.partitions:
-        key = layout.key_of(list(p.values.values()))
+    mine: dict[str, list[_Table]] = {k: [] for k in keys}
+    for t in tables:
+        key = layout.key_of(list(t.values.values()))
         if key in rows:  # partitions of other keys (an older spec's) belong to no event
-            rows[key] += p.rows
-            mine[key].append(p)
+            rows[key] += t.rows
+            mine[key].append(t)
     return {
         k: {
             "dagster/partition_row_count": rows[k],
@@ -662,23 +798,23 @@ def _per_key_metadata(
     }
 
 
-def _read_versions(partitions: Sequence[Any], layout: Layout | None) -> dict[str, str]:
-    """The Lance table version now registered for each written partition, keyed by its Dagster
-    partition key (by ``column=value`` for assets stored partitioned by their data). Versions
-    are text: detached versions exceed 2**53, which the Dagster UI (JavaScript) would round."""
+def _read_versions(tables: Sequence[_Table], layout: Layout | None) -> dict[str, str]:
+    """The Lance table version now registered for each table, keyed by its Dagster partition
+    key (by ``column=value`` for assets stored partitioned by their data). Versions are text:
+    detached versions exceed 2**53, which the Dagster UI (JavaScript) would round."""
     out: dict[str, str] = {}
-    for p in partitions:
+    for t in tables:
         if layout is not None:
-            name = layout.key_of(list(p.values.values()))
+            name = layout.key_of(list(t.values.values()))
         else:
-            name = "/".join(f"{c}={v}" for c, v in p.values.items()) or p.object_id
+            name = "/".join(f"{c}={v}" for c, v in t.values.items()) or t.object_id
         if name in out:  # several tables under one name (should not happen): keep them all
-            name = f"{name} ({p.object_id})"
-        out[name] = str(p.read_version)
+            name = f"{name} ({t.object_id})"
+        out[name] = str(t.read_version)
     return out
 
 
-def _add_partition_metadata(context: dg.OutputContext, per_key: dict[str, dict]) -> bool:
+def _add_partition_metadata(context: dg.OutputContext, per_key: dict[str, dict[str, Any]]) -> bool:
     """Attach each key's metadata to that key's materialization only (so a backfill of N keys
     stores N small events, not N copies of every key's numbers); False for a context built
     outside a run, which has no step to attach them to."""

@@ -1,21 +1,82 @@
-"""A Dagster job (and nightly schedule) keeping the namespaces of assets healthy: compact small
-fragments, clean up table versions no retained manifest version pins, vacuum orphans."""
+"""A Dagster job (and nightly schedule) keeping the namespaces of assets healthy: delete rows past
+their retention (when configured), compact small fragments, clean up table versions no retained
+manifest version pins, vacuum orphans."""
 
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
+from pydantic import Field
 
+from ..core.filters import quote_ident, sql_literal
+from ..core.namespace import PartitionedNamespace
+from .errors import RetentionRuleError
 from .io_manager import LancePartitionedIOManager
-from .watched import watched_assets
+from .watched import WatchedAsset, watched_assets
+
+# commit property dlp.source of the job's retention deletes (the external change sensor
+# ignores them: the job reports them itself, as observations)
+MAINTENANCE_SOURCE = "dagster-lance-partitioned/maintenance"
+
+
+class RetentionRule(dg.Config):
+    """Which rows of an asset the maintenance job deletes: those matching ``filter`` (SQL, e.g.
+    ``"status = 'expired'"``), or those whose date / timestamp ``column`` lies more than
+    ``older_than_days`` days before the run (naive timestamps are read as UTC)."""
+
+    filter: str | None = None
+    column: str | None = None
+    older_than_days: float | None = None
+
+    def sql(self, asset: str, schema: pa.Schema, now: dt.datetime) -> str:
+        """The rule as one filter on ``schema``'s columns; :class:`RetentionRuleError` when it
+        is incomplete, ambiguous or names an unusable column."""
+        by_age = self.column is not None or self.older_than_days is not None
+        if (self.filter is not None) == by_age:
+            raise RetentionRuleError(
+                f"retention of asset {asset}: give either 'filter' or 'column' with "
+                "'older_than_days'",
+                asset,
+            )
+        if self.filter is not None:
+            return self.filter
+        if self.column is None or self.older_than_days is None or self.older_than_days < 0:
+            raise RetentionRuleError(
+                f"retention of asset {asset}: 'column' and a non-negative 'older_than_days' "
+                "go together",
+                asset,
+            )
+        index = schema.get_field_index(self.column)
+        if index < 0:
+            raise RetentionRuleError(
+                f"retention of asset {asset}: column {self.column!r} is not in its namespace "
+                f"(columns: {', '.join(schema.names)})",
+                asset,
+            )
+        typ = schema.field(index).type
+        cutoff = now.astimezone(dt.UTC) - dt.timedelta(days=self.older_than_days)
+        if pa.types.is_date(typ):
+            bound = sql_literal(cutoff.date())
+        elif pa.types.is_timestamp(typ):
+            bound = sql_literal(cutoff if typ.tz is not None else cutoff.replace(tzinfo=None))
+        else:
+            raise RetentionRuleError(
+                f"retention of asset {asset}: column {self.column!r} is {typ}, not a date or "
+                "timestamp; use 'filter'",
+                asset,
+            )
+        return f"{quote_ident(self.column)} < {bound}"
 
 
 class MaintenanceConfig(dg.Config):
-    """What one maintenance run does (defaults from the factory)."""
+    """What one maintenance run does (defaults from the factory). ``retention`` maps asset keys
+    (``"a/b"``) to the rows to delete from them (nothing is deleted by default)."""
 
+    retention: dict[str, RetentionRule] = Field(default_factory=dict)
     compact: bool = True
     cleanup_older_than_hours: float = 7 * 24
     keep_manifest_versions: int = 10
@@ -29,19 +90,43 @@ def build_lance_maintenance_job(
     name: str = "lance_maintenance",
     defaults: MaintenanceConfig | None = None,
 ) -> dg.JobDefinition:
-    """A job that, for each asset's namespace, compacts fragments (one manifest commit), removes
-    old versions outside the retention (time travel stays valid within it) and deletes orphans
-    older than the grace period; reports what it did as an observation of each asset."""
+    """A job that, for each asset's namespace, deletes the rows its ``retention`` rule names
+    (one manifest commit; partitions left empty are deregistered), compacts fragments (one
+    manifest commit), removes old versions outside the retention (time travel stays valid
+    within it) and deletes orphans older than the grace period; reports what it did as an
+    observation of each asset, and the rows deleted per asset on the op's output."""
     watched = watched_assets(assets, io_manager)
     base = defaults or MaintenanceConfig()
 
-    @dg.op(name=f"{name}_op", description="compact, clean up and vacuum Lance namespaces")
-    def maintain(context: dg.OpExecutionContext, config: MaintenanceConfig):
+    @dg.op(
+        name=f"{name}_op",
+        description="delete expired rows, compact, clean up and vacuum Lance namespaces",
+    )
+    def maintain(
+        context: dg.OpExecutionContext, config: MaintenanceConfig
+    ) -> Iterator[dg.AssetObservation | dg.Output[None]]:
+        by_name = {w.key.to_user_string(): w for w in watched}
+        unknown = sorted(set(config.retention) - set(by_name))
+        if unknown:
+            raise RetentionRuleError(
+                f"retention names asset(s) {unknown} this job does not maintain "
+                f"({', '.join(sorted(by_name))})",
+                unknown[0],
+            )
+        deleted: dict[str, int] = {}
+        now = dt.datetime.now(dt.UTC)
         for w in watched:
             ns = w.open()
             if ns is None:
                 continue
+            asset = w.key.to_user_string()
             done: dict[str, Any] = {}
+            metadata: dict[str, Any] = {}
+            rule = config.retention.get(asset)
+            if rule is not None:
+                done["retention"] = _retention(context, w, ns, rule, now)
+                deleted[asset] = done["retention"]["rows_deleted"]
+                metadata["lance/rows_deleted"] = dg.MetadataValue.int(deleted[asset])
             if config.compact:
                 done["compact"] = _plain(ns.compact())
             done["cleanup"] = _plain(
@@ -51,15 +136,19 @@ def build_lance_maintenance_job(
                 )
             )
             done["vacuum"] = _plain(ns.vacuum(grace=dt.timedelta(hours=config.vacuum_grace_hours)))
-            context.log.info(f"{w.key.to_user_string()} ({w.uri}): {json.dumps(done)}")
+            context.log.info(f"{asset} ({w.uri}): {json.dumps(done)}")
             yield dg.AssetObservation(
                 w.key,
                 metadata={
                     "lance/maintenance": dg.MetadataValue.json(done),
+                    **metadata,
                     "lance/manifest_version": ns.refresh().version,
                 },
             )
-        yield dg.Output(None)
+        yield dg.Output(
+            None,
+            metadata={"lance/rows_deleted": dg.MetadataValue.json(deleted)} if deleted else {},
+        )
 
     @dg.job(
         name=name,
@@ -70,6 +159,42 @@ def build_lance_maintenance_job(
         maintain()
 
     return _job
+
+
+def _retention(
+    context: dg.OpExecutionContext,
+    w: WatchedAsset,
+    ns: PartitionedNamespace,
+    rule: RetentionRule,
+    now: dt.datetime,
+) -> dict[str, Any]:
+    """Delete the rows ``rule`` names from ``ns`` in one manifest commit; what was done."""
+    asset = w.key.to_user_string()
+    sql = rule.sql(asset, ns.schema, now)
+    # a removed partition as a person knows it: its Dagster key, else column=value
+    removed_keys = {
+        p["object_id"]: w.key_of(ns, p["spec_id"], p["values"])
+        or "/".join(f"{c}={v}" for c, v in p["values"].items())
+        for p in ns.partitions()
+    }
+    result = ns.delete(
+        sql,
+        commit_properties={
+            "source": MAINTENANCE_SOURCE,
+            "dagster.run_id": context.run_id,
+            "dagster.asset_key": asset,
+            "retention": sql,
+        },
+    )
+    removed = [removed_keys.get(o) or o for o in result.partitions_removed]
+    return {
+        "filter": sql,
+        "rows_deleted": result.rows_deleted,
+        "partitions_changed": len(result.partitions),
+        "partitions_removed": sorted(removed),
+        "committed": result.committed,
+        "manifest_version": result.manifest_version,
+    }
 
 
 def build_lance_maintenance_schedule(

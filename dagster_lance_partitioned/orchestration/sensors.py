@@ -16,11 +16,16 @@ import pyarrow as pa
 
 from ..core.arrow_json import field_id
 from ..core.history import Commit, commits
-from .io_manager import COMMIT_SOURCE, LancePartitionedIOManager, column_schema
+from .io_manager import LancePartitionedIOManager, column_schema
+from .maintenance import MAINTENANCE_SOURCE
+from .output import COMMIT_SOURCE
 from .watched import WatchedAsset, watched_assets
 
 # commits of these operations change how data is stored, not the data
 MAINTENANCE_OPERATIONS = frozenset({"compact"})
+# commits Dagster made itself: the IO manager's, and the maintenance job's retention deletes
+# (which that job reports as observations)
+OWN_SOURCES = frozenset({COMMIT_SOURCE, MAINTENANCE_SOURCE})
 
 
 def build_lance_external_change_sensor(
@@ -63,7 +68,7 @@ def build_lance_external_change_sensor(
                 continue
             until = min(ns.version, last + max_versions_per_tick)
             for commit in commits(w.uri, last, until, w.storage_options) if until > last else []:
-                if commit.source == COMMIT_SOURCE or commit.operation in MAINTENANCE_OPERATIONS:
+                if commit.source in OWN_SOURCES or commit.operation in MAINTENANCE_OPERATIONS:
                     continue
                 keys = _changed_keys(w, ns, commit, context)
                 events += [_materialization(w, key, commit) for key in keys]
@@ -199,8 +204,9 @@ def build_lance_schema_sensor(
             fingerprint = _schema_fingerprint(ns)
             if seen is not None and seen["schema"] != fingerprint:
                 before = w.open(seen["version"])
-                changes = schema_changes(before.schema_with_ids, ns.schema_with_ids)
-                events.append(_schema_observation(w, ns, changes))
+                if before is not None:  # else the namespace was re-created since
+                    changes = schema_changes(before.schema_with_ids, ns.schema_with_ids)
+                    events.append(_schema_observation(w, ns, changes))
             drift = _drift(ns)
             if drift.adoptable and adopt_added_columns:
                 ns.add_columns(list(drift.adoptable.values()))

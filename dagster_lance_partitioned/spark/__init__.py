@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from .errors import ScatteredWriteWarning, SparkOptionError
 from .frames import read_dataframe, write_dataframe
-from .options import FORMAT, SparkOptionError
+from .options import FORMAT
 from .source import LancePartitionedDataSource, with_parallelism
 
 __all__ = [
     "FORMAT",
     "LancePartitionedDataSource",
+    "ScatteredWriteWarning",
     "SparkOptionError",
     "read_dataframe",
     "register",

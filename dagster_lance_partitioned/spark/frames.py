@@ -7,19 +7,20 @@ import json
 import secrets
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from ..core.errors import WriteError
 from ..core.filters import FilterLike
+from ..core.row_changes import RowChangeResult
 from ..core.spec import PartitionSpec, source_names, source_types
 from ..core.staged import StagedWrite
 from ..core.transforms import Granularity
-from ..core.writer import WRITE_MODES, WriteResult
+from ..core.write import WRITE_MODES, WriteMode, WriteResult
 from . import options as opt
-from .result import find_result
+from .result import find_result, package_error
 from .types import arrow_schema
 from .writer import PARTITIONS_OPTION, WRITE_ID_OPTION, encode_partitions, open_or_create
 
@@ -68,14 +69,15 @@ def read_dataframe(
 def write_dataframe(
     df: DataFrame,
     uri: str,
-    mode: str = "append",
+    mode: WriteMode | Literal["merge"] = "append",
     partition_by: str | Sequence[Any] | None = None,
     partition_values: Sequence[Mapping[str, Any]] | None = None,
     *,
     storage_options: dict[str, str] | None = None,
     commit_properties: dict[str, str] | None = None,
     cluster: bool = True,
-) -> WriteResult | None:
+    on: str | Sequence[str] | None = None,
+) -> WriteResult | RowChangeResult | None:
     """Write ``df`` into the namespace at ``uri`` through the ``lance_partitioned`` format and
     return what was written (rows and bytes per partition, read versions, manifest version);
     None when the write committed nothing. The result is read back from the namespace (the
@@ -92,7 +94,21 @@ def write_dataframe(
     compute them), so each partition table gets few, large fragments.
 
     The schema is checked on the driver before anything is written (SchemaMismatchError naming
-    the column); the rows never leave the executors."""
+    the column); the rows never leave the executors.
+
+    ``mode="merge"`` upserts on the key columns ``on`` instead, distributed, and returns a
+    :class:`RowChangeResult` (see :func:`~dagster_lance_partitioned.spark.merge.merge_dataframe`,
+    which also takes the merge's options)."""
+    if mode == "merge":
+        from .merge import merge_dataframe
+
+        return merge_dataframe(
+            df,
+            uri,
+            on if on is not None else [],
+            storage_options=storage_options,
+            commit_properties=commit_properties,
+        )
     if mode not in WRITE_MODES:
         raise WriteError(f"unknown write mode {mode!r} (use one of {', '.join(WRITE_MODES)})")
     data_schema = arrow_schema(df.schema)
@@ -122,6 +138,10 @@ def write_dataframe(
         # server that lost its client): then the write stands
         result = find_result(ns.uri, storage_options, before, write_id)
         if result is None:
+            # a package error raised in a Python worker: again with its own class and fields
+            carried = package_error(e)
+            if carried is not None:
+                raise carried from e
             raise WriteError(f"Spark write into {ns.uri} failed, nothing committed: {e}") from e
         return result
     return find_result(ns.uri, storage_options, before, write_id)

@@ -21,6 +21,7 @@ from lance.fragment import FragmentMetadata
 
 from ..core.errors import WriteError
 from ..core.staged import StagedPartition, StageResult
+from ..core.write import PartitionWriter
 
 FORMAT_VERSION = 1
 COMPRESSION_LEVEL = 6
@@ -33,7 +34,7 @@ def _template(frag: dict[str, Any]) -> tuple[Any, ...] | None:
     """What a fragment shares with the others of its layout (None: not a plain fragment)."""
     files = frag.get("files") or []
     rest = {k: v for k, v in frag.items() if k not in ("id", "files", "physical_rows")}
-    plain = {
+    plain: dict[str, Any] = {
         "overlays": [],
         "deletion_file": None,
         "row_id_meta": None,
@@ -54,7 +55,7 @@ def _template(frag: dict[str, Any]) -> tuple[Any, ...] | None:
     )
 
 
-def _expand(template: tuple[Any, ...], fid: int, path: str, size: int, rows: int) -> dict:
+def _expand(template: tuple[Any, ...], fid: int, path: str, size: int, rows: int) -> dict[str, Any]:
     fields, indices, major, minor = template
     return {
         "id": fid,
@@ -92,8 +93,8 @@ def pack(result: StageResult) -> bytes:
             shape = _template(raw)
             if template is None:
                 template = shape
-            f = raw["files"][0] if shape is not None else None
             if shape is not None and shape == template:
+                f = raw["files"][0]
                 frags.append((raw["id"], f["path"], f["file_size_bytes"], raw["physical_rows"]))
             else:  # anything unusual travels whole
                 frags.append(json.dumps(raw, separators=(",", ":")))
@@ -106,14 +107,14 @@ def pack(result: StageResult) -> bytes:
     return zlib.compress(pickle.dumps(payload, protocol=5), COMPRESSION_LEVEL)
 
 
-def unpack(packed: Sequence[bytes | None], writer: Any) -> list[StageResult | None]:
+def unpack(packed: Sequence[bytes | None], writer: PartitionWriter) -> list[StageResult | None]:
     """The :class:`StageResult` s packed by :func:`pack` in the tasks of a staged write, given
-    that write's partition writer on the driver (``StagedWrite._writer()``); None stays
+    that write's partition writer on the driver (``StagedWrite.writer()``); None stays
     None."""
     return [None if p is None else _unpack(p, writer) for p in packed]
 
 
-def _unpack(data: bytes, writer: Any) -> StageResult:
+def _unpack(data: bytes, writer: PartitionWriter) -> StageResult:
     version, layouts, entries = pickle.loads(zlib.decompress(data))
     if version != FORMAT_VERSION:
         raise WriteError(f"commit message format {version} (this driver reads {FORMAT_VERSION})")
@@ -126,7 +127,7 @@ def _unpack(data: bytes, writer: Any) -> StageResult:
             raw = json.loads(frag) if isinstance(frag, str) else _expand(template, *frag)
             fragments.append(FragmentMetadata.from_json(json.dumps(raw)))
         # what the task derived from the key and the manifest version, derived again
-        pending = writer._new_pending(key)
+        pending = writer.new_partition(key)
         parts.append(
             StagedPartition(
                 key,

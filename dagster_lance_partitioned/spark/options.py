@@ -7,8 +7,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core.errors import PartitionedNamespaceError
 from ..core.filters import to_sql
+from .errors import SparkOptionError
 
 FORMAT = "lance_partitioned"
 
@@ -16,10 +16,6 @@ STORAGE_PREFIX = "storage."
 DEFAULT_BATCH_ROWS = 64 * 1024
 DEFAULT_PARTITION_ROWS = 1024 * 1024
 MIN_SPLIT_ROWS = 64 * 1024  # a read is not split below this many rows per input partition
-
-
-class SparkOptionError(PartitionedNamespaceError, ValueError):
-    """An option of the ``lance_partitioned`` format is missing or malformed."""
 
 
 def _get(options: Mapping[str, str], key: str) -> str | None:

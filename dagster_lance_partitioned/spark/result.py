@@ -7,25 +7,32 @@ the ``__manifest`` commit records the write: ``dlp.write_id`` (chosen by the cal
 partition). The caller finds its commit by the write id among the manifest versions after the
 one it saw before the write, and rebuilds the :class:`WriteResult` from that commit's
 properties and the manifest versions before and at it (one commit changes the manifest at
-once, so the tables whose pin changed between the two are exactly the write's)."""
+once, so the tables whose pin changed between the two are exactly the write's).
+
+It also carries package errors raised in Spark's Python workers back to the caller with their
+class (``carried`` / ``package_error``, at the end of the module)."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import decimal
+import functools
+import importlib
 import json
+import math
 import re
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from ..core.errors import WriteError
+from ..core.errors import PartitionedNamespaceError, WriteError
 from ..core.manifest import ManifestStore
 from ..core.namespace import PartitionedNamespace
 from ..core.staged import StageResult
-from ..core.writer import PartitionWrite, WriteResult
+from ..core.write import PartitionWrite, WriteResult, check_mode
 
 RESULT_PROPERTY = "spark.result"  # stored as dlp.spark.result
 WRITE_ID_PROPERTY = "write_id"  # set by the core for every staged write (dlp.write_id)
@@ -157,4 +164,159 @@ def rebuild(
         )
     spec_id = summary.spec_id if summary is not None else at.current_spec.spec_id
     removed = tuple(sorted(set(pins) - current))
-    return WriteResult(version, spec_id, mode, tuple(written), removed)
+    return WriteResult(version, spec_id, check_mode(mode), tuple(written), removed)
+
+
+# --------------------------------------------------------------------------------------------
+# Errors raised in Spark's Python workers
+#
+# A package error raised where Spark runs our code in a Python worker (a task's write(), the
+# planner worker's writer(), the driver's commit()) reaches the caller as a PySparkException
+# (PythonException, AnalysisException, ...) whose message holds the worker's traceback text:
+# the class and its fields are lost. ``carried`` marks the error with a note Spark prints with
+# the traceback -- ``[dlp-error:<base64 JSON>]``, written by ``encode_error`` -- and
+# ``package_error`` rebuilds the same exception class, message and fields from it on the caller's
+# side. Nothing is recognised by message text.
+
+ERROR_NOTE = re.compile(r"\[dlp-error:([A-Za-z0-9_-]+={0,2})\]")
+_PACKAGE = __name__.split(".", 1)[0]  # dagster_lance_partitioned
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def carried(fn: _F) -> _F:
+    """Decorate a function Spark runs in a Python worker: a package error it raises gets the
+    note :func:`package_error` rebuilds it from (once, also when raised through nested ones)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except PartitionedNamespaceError as e:
+            note = f"[dlp-error:{encode_error(e)}]"
+            if note not in getattr(e, "__notes__", ()):
+                e.add_note(note)
+            raise
+
+    return cast(_F, wrapper)
+
+
+def encode_error(error: PartitionedNamespaceError) -> str:
+    """``error``'s class, arguments and fields as URL-safe base64 of JSON."""
+    cls = type(error)
+    doc = {
+        "c": f"{cls.__module__}:{cls.__qualname__}",
+        "a": [_to_json(a) for a in error.args],
+        "f": {k: _to_json(v) for k, v in vars(error).items() if not k.startswith("_")},
+    }
+    raw = json.dumps(doc, separators=(",", ":"), allow_nan=True).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def decode_error(text: str) -> PartitionedNamespaceError | None:
+    """The exception :func:`encode_error` encoded; None for anything else (an unknown or
+    foreign class, malformed text)."""
+    try:
+        doc = json.loads(base64.urlsafe_b64decode(text.encode()))
+        module, _, qualname = str(doc["c"]).partition(":")
+        if module != _PACKAGE and not module.startswith(_PACKAGE + "."):
+            return None
+        cls: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+        if not (isinstance(cls, type) and issubclass(cls, PartitionedNamespaceError)):
+            return None
+        error = cls.__new__(cls)
+        BaseException.__init__(error, *(_from_json(a) for a in doc["a"]))
+        for key, value in dict(doc["f"]).items():
+            setattr(error, str(key), _from_json(value))
+        return error
+    except Exception:  # not ours after all
+        return None
+
+
+def package_error(error: BaseException) -> PartitionedNamespaceError | None:
+    """The package exception a Spark error carries (see :func:`carried`): the same class with
+    the same message and fields, raised in a Python worker; None when it carries none. Looks
+    at ``error``'s message and those of its causes; the last note found wins (the innermost
+    failure Spark reports last)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, PartitionedNamespaceError):
+            return current
+        for match in reversed(ERROR_NOTE.findall(_message(current))):
+            rebuilt = decode_error(match)
+            if rebuilt is not None:
+                return rebuilt
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _message(error: BaseException) -> str:
+    parts = [str(error)]
+    get = getattr(error, "getMessage", None)  # PySparkException: the JVM side's full message
+    if callable(get):
+        with contextlib.suppress(Exception):
+            parts.append(str(get()))
+    return "\n".join(parts)
+
+
+def _to_json(value: Any) -> Any:
+    """A value as JSON that :func:`_from_json` turns back into the same Python value (dates,
+    times, decimals, bytes, tuples and non-string dict keys tagged); other objects as repr."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if isinstance(value, dt.datetime):
+        return {"$datetime": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, dt.time):
+        return {"$time": value.isoformat()}
+    if isinstance(value, dt.timedelta):
+        return {"$timedelta": [value.days, value.seconds, value.microseconds]}
+    if isinstance(value, decimal.Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, bytes | bytearray):
+        return {"$bytes": bytes(value).hex()}
+    if isinstance(value, tuple):
+        return {"$tuple": [_to_json(v) for v in value]}
+    if isinstance(value, list):
+        return [_to_json(v) for v in value]
+    if isinstance(value, Mapping):
+        return {"$dict": [[_to_json(k), _to_json(v)] for k, v in value.items()]}
+    return {"$repr": repr(value)}
+
+
+def _from_json(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    [(tag, raw)] = value.items()
+    if tag == "$float":
+        return float(raw)
+    if tag == "$datetime":
+        return dt.datetime.fromisoformat(raw)
+    if tag == "$date":
+        return dt.date.fromisoformat(raw)
+    if tag == "$time":
+        return dt.time.fromisoformat(raw)
+    if tag == "$timedelta":
+        return dt.timedelta(days=raw[0], seconds=raw[1], microseconds=raw[2])
+    if tag == "$decimal":
+        return decimal.Decimal(raw)
+    if tag == "$bytes":
+        return bytes.fromhex(raw)
+    if tag == "$tuple":
+        return tuple(_from_json(v) for v in raw)
+    if tag == "$dict":
+        return {_hashable(_from_json(k)): _from_json(v) for k, v in raw}
+    return str(raw)  # $repr
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value

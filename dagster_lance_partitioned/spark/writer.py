@@ -9,7 +9,9 @@ fragment metadata as its commit message (packed to about 30 bytes per partition 
 see ``messages``). On the driver again (``commit()``): every partition
 table is committed once, then one ``__manifest`` commit makes all of it visible. A failed job
 (``abort()``) commits nothing: readers stay on the previous state, the fragments written are
-orphans a vacuum removes.
+orphans a vacuum removes. A package error raised by any of them reaches the caller as a
+PySparkException carrying it (``result.carried``); ``write_dataframe`` raises it again with its
+own class (``result.package_error``).
 
 Modes: ``append``; ``overwrite`` replaces the whole table (static) or only the partitions present
 in the data (dynamic). As for Spark's file sources, option ``partitionOverwriteMode`` decides,
@@ -48,9 +50,11 @@ from ..core.errors import NamespaceNotFoundError, WriteError
 from ..core.namespace import PartitionedNamespace
 from ..core.partition_by import parse_partition_by
 from ..core.staged import StagedWrite
+from ..core.write import WriteMode
 from . import options as opt
+from .errors import ScatteredWriteWarning, SparkOptionError
 from .messages import pack, unpack
-from .result import RESULT_PROPERTY, Summary, check_write_id, summarize
+from .result import RESULT_PROPERTY, Summary, carried, check_write_id, summarize
 from .types import arrow_schema
 
 WRITE_ID_OPTION = "writeId"  # the write id recorded in the commit (dlp.write_id)
@@ -69,7 +73,9 @@ class StagedMessage(WriterCommitMessage):
     session_mode: str | None = None
 
 
-def write_mode(options: Mapping[str, str], overwrite: bool, session_mode: str | None = None) -> str:
+def write_mode(
+    options: Mapping[str, str], overwrite: bool, session_mode: str | None = None
+) -> WriteMode:
     """The core write mode of a Spark save mode: for an overwrite, option
     ``partitionOverwriteMode`` wins, else ``session_mode`` (the session's
     ``spark.sql.sources.partitionOverwriteMode``), else static."""
@@ -124,9 +130,9 @@ def _partitions(options: Mapping[str, str]) -> list[dict[str, Any]] | None:
     try:
         parsed = json.loads(raw)
     except ValueError as e:
-        raise opt.SparkOptionError(f"option 'partitions' is not JSON: {e}") from None
+        raise SparkOptionError(f"option 'partitions' is not JSON: {e}") from None
     if not isinstance(parsed, list) or not all(isinstance(p, dict) for p in parsed):
-        raise opt.SparkOptionError("option 'partitions' must be a JSON list of objects")
+        raise SparkOptionError("option 'partitions' must be a JSON list of objects")
     return parsed
 
 
@@ -145,19 +151,20 @@ def encode_partitions(partitions: list[Mapping[str, Any]]) -> str:
 
 def _commit_properties(options: Mapping[str, str]) -> dict[str, str]:
     raw = opt._get(options, "commitProperties")
-    props: dict[str, str] = {"dlp.engine": "spark"}
+    props: dict[str, str] = {"engine": "spark"}  # the manifest store adds the dlp. prefix
     if raw is None:
         return props
     try:
         parsed = json.loads(raw)
     except ValueError as e:
-        raise opt.SparkOptionError(f"option 'commitProperties' is not JSON: {e}") from None
+        raise SparkOptionError(f"option 'commitProperties' is not JSON: {e}") from None
     if not isinstance(parsed, dict):
-        raise opt.SparkOptionError("option 'commitProperties' must be a JSON object")
+        raise SparkOptionError("option 'commitProperties' must be a JSON object")
     props.update({str(k): str(v) for k, v in parsed.items()})
     return props
 
 
+@carried
 def make_writer(
     options: Mapping[str, str], schema: StructType, overwrite: bool
 ) -> LancePartitionedWriter:
@@ -189,6 +196,7 @@ class LancePartitionedWriter(DataSourceArrowWriter):
         self.staged = staged
         self.session_decides = session_decides  # overwrite mode: the session's, seen by tasks
 
+    @carried
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         """Write this task's rows as fragments of their partition tables (nothing visible)."""
         result = self.staged.stage(b for b in iterator if b.num_rows)
@@ -198,11 +206,12 @@ class LancePartitionedWriter(DataSourceArrowWriter):
             session_overwrite_mode() if self.session_decides else None,
         )
 
+    @carried
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Commit every partition table once, then the single ``__manifest`` commit, which
         records the write's outcome (see :mod:`.result`)."""
         staged = self._settled(messages)
-        writer = staged._writer()  # the partition writer the tasks used, on the driver
+        writer = staged.writer()  # the partition writer the tasks used, on the driver
         results = unpack(_packed(messages), writer)
         size = sum(len(pickle.dumps(m)) for m in messages if m is not None)
         summary = summarize(writer.spec.spec_id, results, size)
@@ -212,6 +221,7 @@ class LancePartitionedWriter(DataSourceArrowWriter):
         props = {**staged.commit_properties, RESULT_PROPERTY: summary.encode()}
         dataclasses.replace(staged, commit_properties=props).commit(results)
 
+    @carried
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing becomes visible; staged fragments are left as orphans."""
         self.staged.abort([None for _ in messages])
@@ -222,8 +232,11 @@ class LancePartitionedWriter(DataSourceArrowWriter):
         the whole table might deregister partitions the session means to keep)."""
         if not self.session_decides:
             return self.staged
-        seen = {m.session_mode for m in messages if isinstance(m, StagedMessage)}
-        seen.discard(None)
+        seen = {
+            m.session_mode
+            for m in messages
+            if isinstance(m, StagedMessage) and m.session_mode is not None
+        }
         if len(seen) != 1:
             found = "no task reported it" if not seen else f"tasks saw {sorted(seen)}"
             raise WriteError(
@@ -277,7 +290,3 @@ def _warn_once(message: str) -> None:
         return
     _warned.add(root)
     warnings.warn(ScatteredWriteWarning(message), stacklevel=2)
-
-
-class ScatteredWriteWarning(UserWarning):
-    """A Spark write whose tasks each wrote small fragments into many partition tables."""
