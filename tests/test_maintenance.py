@@ -26,7 +26,7 @@ from dagster_lance_partitioned.core.errors import (
 )
 from dagster_lance_partitioned.core.manifest import ManifestEdit
 from dagster_lance_partitioned.core.state import load_snapshot
-from dagster_lance_partitioned.core.write import DETACHED_BIT
+from dagster_lance_partitioned.core.storage import DETACHED_BIT
 
 FIELDS = [PartitionField.identity("country"), PartitionField.year("event_date")]
 DAY = 24 * 3600

@@ -30,7 +30,6 @@ from .partition_constants import fill_constants, identity_constants
 from .partitioner import SpecEvaluator
 from .spec import PartitionSpec
 from .state import HasState, NamespaceState, state_of
-from .write import DETACHED_BIT
 
 VERSIONS_DIR = "_versions/"
 MANIFEST_SUFFIX = ".manifest"
@@ -119,7 +118,7 @@ class TableVersion:
     @property
     def detached(self) -> bool:
         """Whether this is a detached version (outside the table's main line)."""
-        return self.version >= DETACHED_BIT
+        return self.version >= storage.DETACHED_BIT
 
 
 def manifest_file_version(name: str) -> int | None:
@@ -170,7 +169,7 @@ class TableListing:
     @property
     def latest_main(self) -> int | None:
         """The newest version of the main line (what an unpinned read sees)."""
-        main = [v for v in self.versions if v < DETACHED_BIT]
+        main = [v for v in self.versions if v < storage.DETACHED_BIT]
         return max(main) if main else None
 
     @property
@@ -600,7 +599,7 @@ def check_read_versions(
 def _intermediate(listing: TableListing, version: int) -> bool:
     """Whether ``version`` is a detached metadata-only step a write takes on its way (a
     ``Restore`` base, a schema ``Project``): no rows of its own, so no uncommitted write."""
-    if version < DETACHED_BIT:
+    if version < storage.DETACHED_BIT:
         return False
     try:
         ds = lance.dataset(listing.uri, version=version, storage_options=listing.storage_options)
@@ -611,7 +610,7 @@ def _intermediate(listing: TableListing, version: int) -> bool:
 
 
 def _versions_text(versions: dict[int, TableVersion], shown: int = 5) -> str:
-    main = sorted(v for v in versions if v < DETACHED_BIT)
+    main = sorted(v for v in versions if v < storage.DETACHED_BIT)
     detached = len(versions) - len(main)
     text = ", ".join(str(v) for v in main[-shown:]) or "none on the main line"
     if len(main) > shown:

@@ -13,6 +13,8 @@ import pyarrow.fs as pafs
 
 from .errors import PathEscapeError
 
+DETACHED_BIT = 1 << 63  # Lance marks detached versions with the top bit
+
 
 def is_uri(path: str) -> bool:
     """Whether ``path`` has a scheme (``s3://``, ``file://``, ...)."""

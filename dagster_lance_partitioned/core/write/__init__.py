@@ -3,6 +3,7 @@
 them in one ``__manifest`` commit whose rules against concurrent commits are its mode's
 (:mod:`.append`, :mod:`.overwrite`, on :mod:`.commit`)."""
 
+from ..storage import DETACHED_BIT
 from .append import AppendCommit
 from .commit import WRITER_ID, WriteCommit
 from .ingest import Naming, PartitionIngest, RandomNaming, as_reader
@@ -10,7 +11,7 @@ from .mode import WRITE_MODES, WriteMode, check_mode
 from .overwrite import OverwriteCommit, OverwritePartitionsCommit, covering_keys
 from .pending import BaseIndex, PendingPartition
 from .result import PartitionWrite, WriteResult
-from .table import DETACHED_BIT, MAX_ROWS_PER_FILE, TABLE_WRITE_THREADS, TableWriter
+from .table import MAX_ROWS_PER_FILE, TABLE_WRITE_THREADS, TableWriter
 from .writer import COMMITS, PartitionWriter
 
 __all__ = [

@@ -26,9 +26,9 @@ from ..conform import append_layout, column_sources, conform_to, same_layout
 from ..manifest import ManifestStore, TableEntry, table_location
 from ..partition_constants import fill_constants, identity_constants
 from ..spec import PartitionSpec
+from ..storage import DETACHED_BIT
 from .pending import Key, PendingPartition
 
-DETACHED_BIT = 1 << 63  # Lance marks detached versions with the top bit
 MAX_ROWS_PER_FILE = 1024 * 1024
 TABLE_WRITE_THREADS = 8  # partition tables written and committed concurrently
 
