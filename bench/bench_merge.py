@@ -3,11 +3,20 @@ namespace of 240 partitions (8 countries x 30 days) against Lance's ``merge_inse
 dataset holding the same rows, in the same run.
 
 Run by hand:  .venv/bin/python bench/bench_merge.py [--rows 5000000] [--repeat 3]
+                  [--threads 8] [--spark local[2]]
 
 Two namespace variants: ``on`` covering the partition source columns (id, country, day: only
-the target partitions are read) and ``on`` = id alone (every partition is searched so moved
-keys are found). Each repeat merges a different input (same inputs for every contender).
-Prints a Markdown table."""
+the target partitions are read) and ``on`` = id alone (every partition's keys are read so moved
+keys are found). Each repeat merges a different input (same inputs for every contender); the
+contenders take turns within each repeat, so a slow moment of the machine hits all of them.
+Each merge is timed from the call to the return: the namespace's (or dataset's) latest version
+is opened inside the timing. Prints a Markdown table, with the process CPU seconds of the
+median run.
+
+``--spark MASTER`` also merges through Spark, into copies of the namespace: the distributed
+``merge_dataframe`` (tasks merge per partition table, the driver commits once) against the
+collect-to-driver path (``df.toArrow()`` + ``ns.merge_insert``), same inputs, the DataFrame
+read from Parquet files."""
 
 from __future__ import annotations
 
@@ -15,21 +24,27 @@ import argparse
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import lance
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
+from dagster_lance_partitioned.core.row_changes import commit as row_commit
 
 COUNTRIES = ["US", "FR", "DE", "JP", "BR", "IN", "GB", "CA"]
 DAY0 = np.datetime64("2025-11-01")
+FIELDS = [PartitionField.identity("country"), PartitionField.identity("day")]
 
 
 def make_rows(ids: np.ndarray, rng: np.random.Generator) -> pa.Table:
-    """id int64, country (8 values), day (30 values), value double, payload string."""
+    """id int64, country (8 values), day (30 values), value double."""
     n = len(ids)
     days = DAY0 + rng.integers(0, 30, n).astype("timedelta64[D]")
     return pa.table(
@@ -42,16 +57,154 @@ def make_rows(ids: np.ndarray, rng: np.random.Generator) -> pa.Table:
     )
 
 
-def merge_input(base: pa.Table, fraction: float, next_id: int, seed: int) -> pa.Table:
+def merge_input(
+    base: pa.Table, fraction: float, next_id: int, seed: int, touch: int = 240
+) -> pa.Table:
     """``fraction`` of ``base``'s row count: half existing rows with new values (same keys and
-    partitions), half new rows."""
+    partitions), half new rows; all in the first ``touch`` of the 240 partitions (country,
+    day), so the same number of rows is spread over fewer partitions."""
     rng = np.random.default_rng(seed)
     n = int(base.num_rows * fraction)
-    picked = rng.choice(base.num_rows, n // 2, replace=False)
+    candidates = np.arange(base.num_rows)
+    if touch < 240:
+        country = np.array(COUNTRIES)
+        codes = pc.index_in(base.column("country"), pa.array(country)).to_numpy()
+        days = (base.column("day").to_numpy() - DAY0).astype(int)
+        candidates = np.flatnonzero(codes * 30 + days < touch)
+    picked = rng.choice(candidates, n // 2, replace=False)
     updates = base.take(pa.array(np.sort(picked)))
     updates = updates.set_column(3, "value", pa.array(rng.random(updates.num_rows)))
     inserts = make_rows(np.arange(next_id, next_id + n - n // 2), rng)
+    if touch < 240:
+        slot = rng.integers(0, touch, inserts.num_rows)
+        inserts = inserts.set_column(1, "country", pa.array(np.array(COUNTRIES)[slot // 30]))
+        day = (DAY0 + (slot % 30).astype("timedelta64[D]")).astype("datetime64[D]")
+        inserts = inserts.set_column(2, "day", pa.array(day, pa.date32()))
     return pa.concat_tables([updates, inserts])
+
+
+Merge = Callable[[pa.Table, int], tuple[int, int]]  # (input, repeat) -> (updated, inserted)
+
+
+def timed(contenders: dict[str, Merge], inputs: list[pa.Table]) -> dict[str, list[tuple]]:
+    """Each repeat, each contender in turn: (seconds, CPU seconds, updated, inserted)."""
+    out: dict[str, list[tuple]] = {name: [] for name in contenders}
+    for i, data in enumerate(inputs):
+        for name, merge in contenders.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            updated, inserted = merge(data, i)
+            out[name].append(
+                (time.perf_counter() - t0, time.process_time() - c0, updated, inserted)
+            )
+    return out
+
+
+def report(results: dict[str, list[tuple]], baseline: str | None) -> None:
+    base = statistics.median(t for t, *_ in results[baseline]) if baseline else None
+    print(
+        "| contender | median s | min s | CPU s (median run) | vs baseline | "
+        "updated / inserted (last) |"
+    )
+    print("|---|---:|---:|---:|---:|---|")
+    for name, runs in results.items():
+        times = sorted(runs, key=lambda r: r[0])
+        med = statistics.median(r[0] for r in runs)
+        cpu = times[len(times) // 2][1]
+        _, _, upd, ins = runs[-1]
+        ratio = f"{med / base:.2f}x" if base else ""
+        print(
+            f"| {name} | {med:.2f} | {times[0][0]:.2f} | {cpu:.2f} | {ratio} | {upd:,} / {ins:,} |"
+        )
+
+
+def core_contenders(work: str, base: pa.Table) -> dict[str, Merge]:
+    contenders: dict[str, Merge] = {}
+    for label, on in (
+        ("namespace, on=[id, country, day]", ["id", "country", "day"]),
+        ("namespace, on=[id]", ["id"]),
+    ):
+        t0 = time.perf_counter()
+        root = os.path.join(work, f"ns{len(contenders)}")
+        ns = PartitionedNamespace.create(root, schema=base.schema, partition_fields=FIELDS)
+        ns.write(base)
+        print(
+            f"namespace ({len(ns.partitions())} partitions) written in "
+            f"{time.perf_counter() - t0:.1f}s"
+        )
+
+        def merge(data: pa.Table, _i: int, root: str = root, on: list[str] = on) -> tuple:
+            r = PartitionedNamespace.open(root).merge_insert(data, on=on)
+            return r.rows_updated, r.rows_inserted
+
+        contenders[label] = merge
+    t0 = time.perf_counter()
+    plain = os.path.join(work, "plain")
+    lance.write_dataset(base, plain)
+    print(f"plain Lance dataset written in {time.perf_counter() - t0:.1f}s")
+
+    def lance_merge(data: pa.Table, _i: int) -> tuple:
+        ds = lance.dataset(plain)
+        stats = (
+            ds.merge_insert("id")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute(data)
+        )
+        return stats["num_updated_rows"], stats["num_inserted_rows"]
+
+    contenders["Lance merge_insert, one dataset, on=id"] = lance_merge
+    return contenders
+
+
+def spark_contenders(
+    work: str, base: pa.Table, master: str, warm: pa.Table, inputs: list[pa.Table]
+) -> dict[str, Merge]:
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from pyspark.sql import SparkSession
+
+    from dagster_lance_partitioned.spark import register
+    from dagster_lance_partitioned.spark.merge import merge_dataframe
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master(master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "8")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    files = []
+    for i, data in enumerate([*inputs, warm]):
+        path = os.path.join(work, f"input{i}.parquet")
+        pq.write_table(data, path)
+        files.append(path)
+    contenders: dict[str, Merge] = {}
+    for on in (["id", "country", "day"], ["id"]):
+        for how in ("distributed", "collect"):
+            root = os.path.join(work, f"spark-{how}-{len(on)}")
+            ns = PartitionedNamespace.create(root, schema=base.schema, partition_fields=FIELDS)
+            ns.write(base)
+
+            def merge(_data: pa.Table, i: int, root: str = root, on: list = on, how: str = how):
+                df = spark.read.parquet(files[i])
+                if how == "distributed":
+                    r = merge_dataframe(df, root, on)
+                else:
+                    r = PartitionedNamespace.open(root).merge_insert(df.toArrow(), on=on)
+                return r.rows_updated, r.rows_inserted
+
+            merge(warm, -1)  # warm-up (the last file): Python workers started, classes loaded
+            name = (
+                "merge_dataframe, distributed"
+                if how == "distributed"
+                else ("toArrow() + ns.merge_insert on the driver")
+            )
+            contenders[f"Spark {master}: {name}, on=[{', '.join(on)}]"] = merge
+    return contenders
 
 
 def main() -> None:
@@ -59,70 +212,41 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--fraction", type=float, default=0.01)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=row_commit.TABLE_THREADS)
+    parser.add_argument("--spark", metavar="MASTER", default=None)
+    parser.add_argument("--touch", type=int, default=240, help="partitions the inputs touch")
     args = parser.parse_args()
+    row_commit.TABLE_THREADS = args.threads
     work = tempfile.mkdtemp(prefix="dlp-bench-merge-")
     try:
         base = make_rows(np.arange(args.rows), np.random.default_rng(7))
         inputs = [
-            merge_input(base, args.fraction, args.rows + i * args.rows, seed=100 + i)
+            merge_input(base, args.fraction, args.rows + i * args.rows, 100 + i, args.touch)
             for i in range(args.repeat)
         ]
-        fields = [PartitionField.identity("country"), PartitionField.identity("day")]
-        results: dict[str, list[float]] = {}
-        counts: dict[str, tuple[int, int]] = {}
-
-        t0 = time.perf_counter()
-        lance.write_dataset(base, os.path.join(work, "plain"))
-        took = time.perf_counter() - t0
-        print(f"plain Lance dataset of {args.rows:,} rows written in {took:.1f}s")
-        for label, on in (
-            ("namespace, on=[id, country, day]", ["id", "country", "day"]),
-            ("namespace, on=[id]", ["id"]),
-        ):
-            t0 = time.perf_counter()
-            ns = PartitionedNamespace.create(
-                os.path.join(work, f"ns{len(results)}"), schema=base.schema, partition_fields=fields
-            )
-            ns.write(base)
-            print(
-                f"namespace ({len(ns.partitions())} partitions) written in "
-                f"{time.perf_counter() - t0:.1f}s"
-            )
-            for data in inputs:
-                t0 = time.perf_counter()
-                r = ns.merge_insert(data, on=on)
-                results.setdefault(label, []).append(time.perf_counter() - t0)
-                counts[label] = (r.rows_updated, r.rows_inserted)
-        label = "Lance merge_insert, one dataset, on=id"
-        for data in inputs:
-            ds = lance.dataset(os.path.join(work, "plain"))
-            t0 = time.perf_counter()
-            stats = (
-                ds.merge_insert("id")
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .execute(data)
-            )
-            results.setdefault(label, []).append(time.perf_counter() - t0)
-            counts[label] = (stats["num_updated_rows"], stats["num_inserted_rows"])
-
-        baseline = statistics.median(results[label])
         n = inputs[0].num_rows
-        print()
-        print(
-            f"merge of {n:,} rows ({args.fraction:.0%} of {args.rows:,}), "
-            f"median of {args.repeat}, {os.cpu_count()} CPUs"
+        header = (
+            f"merge of {n:,} rows ({args.fraction:.0%} of {args.rows:,}) into {args.touch} of "
+            "240 partitions, "
+            f"median of {args.repeat}, {os.cpu_count()} CPUs, {args.threads} table threads"
         )
+        if args.spark:
+            spark_inputs = [
+                merge_input(base, args.fraction, args.rows * 100 + i * args.rows, seed=900 + i)
+                for i in range(args.repeat + 1)
+            ]
+            contenders = spark_contenders(work, base, args.spark, spark_inputs[0], spark_inputs[1:])
+            results = timed(contenders, spark_inputs[1:])
+            print()
+            print(header)
+            print()
+            report(results, None)
+            return
+        results = timed(core_contenders(work, base), inputs)
         print()
-        print("| contender | median s | min s | vs Lance | updated / inserted (last) |")
-        print("|---|---:|---:|---:|---|")
-        for name, times in results.items():
-            med = statistics.median(times)
-            upd, ins = counts[name]
-            print(
-                f"| {name} | {med:.2f} | {min(times):.2f} | {med / baseline:.2f}x | "
-                f"{upd:,} / {ins:,} |"
-            )
+        print(header)
+        print()
+        report(results, "Lance merge_insert, one dataset, on=id")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,0 +1,368 @@
+"""Committing a row-level change: the per-table outcomes (detached versions of changed tables,
+new tables, emptied tables) registered in **one** manifest commit.
+
+:func:`run` is the core's loop: plan on the snapshot the commit is built on, apply the
+per-table changes (in threads), commit; when a concurrent commit wins, plan again on the
+latest snapshot -- partitions whose pin did not move reuse the detached version already made,
+partitions that moved are redone on their new version, so no concurrent change is lost. After
+:data:`MAX_REDO` rounds in which some touched partition kept moving, :class:`CommitConflictError`
+is raised (nothing visible).
+
+:func:`commit_outcomes` commits outcomes made elsewhere (Spark tasks) against a pinned
+snapshot: when a concurrent commit moved a touched partition (or registered a partition the
+change creates), it raises :class:`StaleChangeError` instead and the caller makes the change
+again on the new state."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+
+from ..conform import conform_for_write, table_write_schema
+from ..errors import CommitConflictError
+from ..health import parallel_map
+from ..manifest import (
+    SEP,
+    TABLE_NAME,
+    ManifestSnapshot,
+    delete_empty_namespaces,
+    partition_field_columns,
+    random_name,
+    table_location,
+)
+from ..manifest_ops import ManifestEdit
+from ..spec import PartitionSpec
+from ..state import NamespaceState, load_snapshot
+from ..write import WRITER_ID
+from . import keys as K
+from .change import RowChangeResult
+from .executor import TableExecutor
+from .plan import ChangePlan, Key
+
+# Re-plans in which a touched partition had moved, before giving up with CommitConflictError.
+MAX_REDO = 8
+TABLE_THREADS = 8  # partition tables changed concurrently (Lance releases the GIL)
+
+NameOf = Callable[[Key], str]  # the name of a new partition namespace at a key prefix
+
+
+@dataclass(frozen=True)
+class TableOutcome:
+    """One partition table's part of a row-level change.
+
+    For a registered table: ``object_id``, the ``base_version`` the change was made on, the new
+    ``version`` and the ``rows`` it holds (0: deregister it); ``changed`` False leaves its pin
+    alone. For a new partition of the current spec: ``key``, the ``location`` its table was
+    created at, its ``version`` and ``rows``."""
+
+    object_id: str | None
+    base_version: int | None
+    version: int
+    rows: int
+    key: Key | None = None
+    location: str | None = None
+    changed: bool = True
+
+
+class StaleChangeError(CommitConflictError):
+    """A partition the change was made on was changed (or a partition it creates was created)
+    by a concurrent commit since the snapshot it was planned on; nothing is visible."""
+
+
+@dataclass
+class Counts:
+    """Rows a change inserted, updated, deleted and moved."""
+
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    moved: int = 0
+
+
+@dataclass
+class _Round:
+    """State kept across the re-plans of one core operation."""
+
+    names: dict[Key, str] = field(default_factory=dict)  # new partition namespace names
+    locations: dict[Key, str] = field(default_factory=dict)  # new table locations
+    result: RowChangeResult | None = None
+
+    def name_of(self, prefix: Key) -> str:
+        return self.names.setdefault(prefix, random_name())
+
+
+class _NothingToCommit(Exception):
+    """The plan changes nothing."""
+
+
+def new_table_location(spec: PartitionSpec, key: Key, name_of: NameOf) -> str:
+    """A location for the new table of partition ``key`` (named after its object id when its
+    partition namespaces are all new)."""
+    names = [name_of(key[:level]) for level in range(1, len(spec.fields) + 1)]
+    return table_location(SEP.join([spec.namespace, *names, TABLE_NAME]))
+
+
+def run(
+    ns: NamespaceState,
+    operation: str,
+    build: Callable[[ChangePlan], None],
+    properties: dict[str, str],
+    before_commit: Callable[[], None] | None = None,
+    executor: TableExecutor | None = None,
+) -> RowChangeResult:
+    """Plan with ``build`` on the latest manifest, make the detached versions and commit them
+    in one manifest commit (re-planned on conflicts, see the module doc)."""
+    store = ns.store
+    executor = executor or TableExecutor(ns.uri, store.storage_options)
+    state = _Round()
+    rounds = [0, 0]  # planning rounds, rounds that had to redo a partition
+    hooked = [False]
+
+    def plan(snap: ManifestSnapshot) -> ManifestEdit:
+        at = NamespaceState(store, snap, pinned=True)
+        p = ChangePlan(snap, ns.uri, at.schema_with_ids, at.current_spec)
+        build(p)
+        before = executor.misses
+        edit = _materialize(p, executor, operation, state)
+        if rounds[0] and executor.misses > before:
+            rounds[1] += 1
+            if rounds[1] > MAX_REDO:
+                raise CommitConflictError(
+                    f"{store.root}: partitions this {operation} changes kept being changed by "
+                    f"concurrent commits ({MAX_REDO} re-plans); nothing of it is visible, "
+                    "retry it",
+                    sorted(p.changes)[:5],
+                )
+        rounds[0] += 1
+        if edit is None:
+            raise _NothingToCommit
+        edit.properties = _properties(operation, sorted(p.deregister), properties)
+        if before_commit is not None and not hooked[0]:
+            hooked[0] = True
+            before_commit()
+        return edit
+
+    try:
+        snap = store.commit(load_snapshot, plan)
+    except _NothingToCommit:
+        ns.refresh()
+        assert state.result is not None
+        return replace(state.result, manifest_version=ns.version, committed=False)
+    ns.refresh()
+    assert state.result is not None
+    return replace(state.result, manifest_version=snap.version)
+
+
+def _properties(operation: str, removed: list[str], extra: Mapping[str, str]) -> dict[str, str]:
+    return {
+        "operation": operation,
+        "writer": WRITER_ID,
+        "overwritten": json.dumps(removed),
+        **extra,
+    }
+
+
+def _materialize(
+    p: ChangePlan, executor: TableExecutor, operation: str, state: _Round
+) -> ManifestEdit | None:
+    """Make the detached versions and new tables of ``p``; the manifest edit registering them
+    (None when nothing changes)."""
+    items = list(p.changes.values())
+    applied = parallel_map(lambda it: executor.apply(it[0], it[1], p.schema), items, TABLE_THREADS)
+    counts = Counts(p.inserted, p.updated, p.deleted, p.moved)
+    outcomes: list[TableOutcome] = []
+    for (task, change), done in zip(items, applied, strict=True):
+        if change.counted:
+            counts.updated += done.updated
+            counts.inserted += done.inserted
+        outcomes.append(
+            TableOutcome(
+                task.object_id, task.read_version, done.version, done.rows, changed=done.changed
+            )
+        )
+    write_schema = table_write_schema(p.schema)
+    jobs: list[tuple[Key, str, pa.Table]] = []
+    for key, parts in sorted(p.creates.items(), key=lambda kv: repr(kv[0])):
+        rows = K.concat(parts)
+        assert rows is not None
+        rows = pa.Table.from_batches(
+            [conform_for_write(b, write_schema) for b in rows.to_batches()], schema=write_schema
+        )
+        location = state.locations.setdefault(key, new_table_location(p.spec, key, state.name_of))
+        jobs.append((key, location, rows))
+    made = parallel_map(lambda j: executor.create(j[1], j[2]), jobs, TABLE_THREADS)
+    for (key, location, rows), version in zip(jobs, made, strict=True):
+        outcomes.append(TableOutcome(None, None, version, rows.num_rows, key, location))
+    edit, result = manifest_edit(
+        p.snap, p.spec, outcomes, p.deregister, state.name_of, operation, counts
+    )
+    state.result = result
+    if not edit.upserts and not edit.deletes:
+        return None
+    return edit
+
+
+def manifest_edit(
+    snap: ManifestSnapshot,
+    spec: PartitionSpec,
+    outcomes: Iterable[TableOutcome],
+    deregister: Iterable[str],
+    name_of: NameOf,
+    operation: str,
+    counts: Counts,
+) -> tuple[ManifestEdit, RowChangeResult]:
+    """The manifest edit registering ``outcomes`` (and deregistering the tables ``deregister``
+    names and those left empty) on ``snap``, and the result it makes."""
+    edit = ManifestEdit()
+    changed: list[str] = []
+    created: list[str] = []
+    removed = set(deregister)
+    new: list[TableOutcome] = []
+    for out in outcomes:
+        if out.object_id is None:
+            new.append(out)
+        elif out.rows == 0:
+            removed.add(out.object_id)
+        elif out.changed:
+            edit.upserts[out.object_id] = {"read_version": out.version}
+            changed.append(out.object_id)
+    if new:
+        edit.new_columns = partition_field_columns([spec])
+        edit.upserts[spec.namespace] = {"object_type": "namespace"}
+        keys = [out.key for out in new if out.key is not None]
+        prefixes = {k[:n] for k in keys for n in range(1, len(k) + 1)}
+        ns_ids = dict(snap.find_namespaces(spec, prefixes))
+        for out in sorted(new, key=lambda o: repr(o.key)):
+            assert out.key is not None and out.location is not None
+            oid = _register_namespaces(spec, out.key, ns_ids, name_of, edit)
+            edit.upserts[oid] = {
+                "object_type": "table",
+                "location": out.location,
+                "metadata": "{}",
+                "read_version": out.version,
+                **{f.column: v for f, v in zip(spec.fields, out.key, strict=True)},
+            }
+            created.append(oid)
+    if removed:
+        edit.deletes.update(removed)
+        delete_empty_namespaces(snap, edit)
+    result = RowChangeResult(
+        operation=operation,
+        manifest_version=snap.version,
+        rows_inserted=counts.inserted,
+        rows_updated=counts.updated,
+        rows_deleted=counts.deleted,
+        rows_moved=counts.moved,
+        partitions=tuple(sorted({*changed, *created, *removed})),
+        partitions_created=tuple(sorted(created)),
+        partitions_removed=tuple(sorted(removed)),
+    )
+    return edit, result
+
+
+def _register_namespaces(
+    spec: PartitionSpec,
+    key: Key,
+    ns_ids: dict[tuple[int, Key], str],
+    name_of: NameOf,
+    edit: ManifestEdit,
+) -> str:
+    """Add the partition namespaces of a new partition ``key`` the manifest lacks to ``edit``;
+    the new table's object id."""
+    path = [spec.namespace]
+    row_values: dict[str, Any] = {}
+    for level, f in enumerate(spec.fields, start=1):
+        row_values[f.column] = key[level - 1]
+        prefix = key[:level]
+        known = ns_ids.get((spec.spec_id, prefix))
+        if known is None:
+            known = SEP.join([*path, name_of(prefix)])
+            edit.upserts[known] = {"object_type": "namespace", "metadata": "{}", **row_values}
+            ns_ids[(spec.spec_id, prefix)] = known
+        path = known.split(SEP)
+    return SEP.join([*path, TABLE_NAME])
+
+
+def commit_outcomes(
+    ns: NamespaceState,
+    base: ManifestSnapshot,
+    outcomes: list[TableOutcome],
+    operation: str,
+    counts: Counts,
+    properties: Mapping[str, str],
+    name_of: NameOf,
+    before_commit: Callable[[], None] | None = None,
+) -> RowChangeResult:
+    """Register ``outcomes`` (made on the snapshot ``base``) in one manifest commit.
+
+    Concurrent commits that touched none of the outcomes' partitions are kept (the commit is
+    built on the latest manifest); when one moved the pin of a changed table, removed it,
+    registered a partition an outcome creates, or changed the spec or schema,
+    :class:`StaleChangeError` is raised and nothing is visible. Nothing to register: no
+    commit (``committed=False``)."""
+    store = ns.store
+    base_state = NamespaceState(store, base, pinned=True)
+    spec = base_state.current_spec
+    schema = base_state.schema_with_ids
+    outcome: list[RowChangeResult] = []
+    hooked = [False]
+
+    def plan(snap: ManifestSnapshot) -> ManifestEdit:
+        if snap.version != base.version:
+            _check_unchanged(NamespaceState(store, snap, pinned=True), spec, schema, outcomes)
+        edit, result = manifest_edit(snap, spec, outcomes, (), name_of, operation, counts)
+        outcome[:] = [result]
+        if not edit.upserts and not edit.deletes:
+            raise _NothingToCommit
+        edit.properties = _properties(operation, sorted(result.partitions_removed), properties)
+        if before_commit is not None and not hooked[0]:
+            hooked[0] = True
+            before_commit()
+        return edit
+
+    try:
+        snap = store.commit(load_snapshot, plan)
+    except _NothingToCommit:
+        ns.refresh()
+        return replace(outcome[0], manifest_version=ns.version, committed=False)
+    ns.refresh()
+    return replace(outcome[0], manifest_version=snap.version)
+
+
+def _check_unchanged(
+    now: NamespaceState,
+    spec: PartitionSpec,
+    schema: pa.Schema,
+    outcomes: list[TableOutcome],
+) -> None:
+    """Raise :class:`StaleChangeError` when ``now`` (a later manifest version) changed what
+    the outcomes were made on."""
+    if now.current_spec.spec_id != spec.spec_id or not now.schema_with_ids.equals(
+        schema, check_metadata=True
+    ):
+        raise StaleChangeError(
+            f"{now.uri}: the spec or schema changed since the change was planned"
+        )
+    snap = now.snapshot
+    base = {o.object_id: o.base_version for o in outcomes if o.object_id is not None}
+    rows = snap.rows_by_id(base).to_pylist() if base else []
+    current = {r["object_id"]: r for r in rows if r.get("object_type") == "table"}
+    stale = [
+        oid
+        for oid, version in base.items()
+        if (row := current.get(oid)) is None
+        or row.get("read_version") != version
+        or row.get("read_branch") is not None
+    ]
+    created = snap.find_tables(spec, [o.key for o in outcomes if o.object_id is None and o.key])
+    stale += [entry.object_id for entry in created.values()]
+    if stale:
+        raise StaleChangeError(
+            f"{now.uri}: {len(stale)} partition(s) this change touches were changed by a "
+            "concurrent commit",
+            sorted(stale)[:5],
+        )

@@ -1,0 +1,75 @@
+"""Deleting the rows that match a filter, in one manifest commit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import pyarrow as pa
+
+from .. import arrow_json
+from ..errors import WriteError
+from ..filters import FilterLike, to_sql
+from ..filters import check as check_filter
+from ..health import parallel_map
+from ..planning import ScanTask
+from ..scan import iter_task_batches, lance_filter
+from ..state import HasState, NamespaceState, state_of
+from .change import RowChangeResult
+from .commit import TABLE_THREADS, run
+from .executor import TableExecutor
+from .plan import ChangePlan
+
+
+def delete_rows(
+    ns: NamespaceState | HasState,
+    filter: FilterLike,
+    *,
+    commit_properties: Mapping[str, str] | None = None,
+    before_commit: Callable[[], None] | None = None,
+) -> RowChangeResult:
+    """Delete the rows matching ``filter`` (NULL is not a match) in one manifest commit.
+
+    Only the partitions ``plan_scan(filter)`` selects are read (every spec version); a
+    partition all of whose rows match is deregistered, others get a detached version without
+    the matching rows. A filter is required (``"TRUE"`` deletes everything)."""
+    ns = state_of(ns)
+    ns.require_unpinned("delete rows")
+    sql = to_sql(filter)
+    if sql is None:
+        raise WriteError("delete needs a filter (use 'TRUE' to delete every row)")
+    ns.refresh()
+    check_filter(sql, ns.schema_with_ids)  # a bad filter fails here, before anything is written
+    executor = TableExecutor(ns.uri, ns.storage_options)
+    counts: dict[tuple[str, int | None, str | None], tuple[int, int]] = {}
+
+    def count(task: ScanTask, schema: pa.Schema) -> tuple[int, int]:
+        """(rows matching, rows) of ``task``'s table."""
+        key = (task.location, task.read_version, task.read_tag)
+        if key not in counts or task.read_version is None:
+            plain = arrow_json.strip_field_ids(schema)
+            batches = iter_task_batches(
+                task,
+                schema,
+                plain.names[:1],
+                sql,
+                ns.storage_options,
+                translated_filter=lance_filter(sql, plain),
+            )
+            matching = sum(b.num_rows for b in batches)
+            counts[key] = (matching, executor.dataset(task).count_rows())
+        return counts[key]
+
+    def build(p: ChangePlan) -> None:
+        tasks = p.tasks(sql)
+        found = parallel_map(lambda t: count(t, p.schema), tasks, TABLE_THREADS)
+        for task, (matching, rows) in zip(tasks, found, strict=True):
+            if matching == 0:
+                continue
+            p.deleted += matching
+            if matching == rows:
+                p.deregister[task.object_id] = task
+            else:
+                p.change(task).delete_filter = sql
+
+    props = {"filter": sql, **(commit_properties or {})}
+    return run(ns, "delete", build, props, before_commit, executor)
