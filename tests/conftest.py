@@ -1,63 +1,21 @@
-"""Shared fixtures: a sample schema and table, and a fingerprint of everything stored."""
+"""Fixtures shared by every test folder, and the folder markers (``spark``, ``object_store``)."""
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
-import os
-from pathlib import Path
-
-import lance
 import pyarrow as pa
 import pytest
-
-SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.int64(), nullable=False),
-        pa.field("country", pa.utf8()),
-        pa.field("event_date", pa.date32()),
-        pa.field("value", pa.float64()),
-    ]
-)
-
-
-def sample_table(n: int = 12, countries=("US", "FR", "DE"), start: int = 0) -> pa.Table:
-    """Rows spread over ``countries`` and three dates."""
-    days = [dt.date(2025, 12, 10), dt.date(2025, 12, 11), dt.date(2026, 1, 1)]
-    return pa.table(
-        {
-            "id": pa.array(range(start, start + n), pa.int64()),
-            "country": [countries[i % len(countries)] for i in range(n)],
-            "event_date": [days[(i // len(countries)) % len(days)] for i in range(n)],
-            "value": [float(i) for i in range(start, start + n)],
-        },
-        schema=SCHEMA,
-    )
-
-
-def sorted_rows(table: pa.Table, key: str = "id") -> list[dict]:
-    """Rows as dicts sorted by ``key`` (order-independent comparison)."""
-    return sorted(table.to_pylist(), key=lambda r: (r[key] is None, r[key]))
-
-
-def fingerprint(root: str | Path) -> dict:
-    """Everything a reader could observe: manifest version, rows, metadata, and file tree."""
-    root = str(root)
-    m = lance.dataset(os.path.join(root, "__manifest"))
-    files = {}
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as fh:
-                files[os.path.relpath(path, root)] = hashlib.sha1(fh.read()).hexdigest()
-    return {
-        "manifest_version": m.version,
-        "manifest_rows": sorted(m.to_table().to_pylist(), key=lambda r: r["object_id"]),
-        "metadata": dict(m.metadata),
-        "files": files,
-    }
+from helpers.data import sample_table
+from helpers.spark import spark_session  # noqa: F401  (the session-wide "spark" fixture)
 
 
 @pytest.fixture
 def sample() -> pa.Table:
     return sample_table()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests in ``tests/spark`` or using the ``spark`` fixture are marked ``spark``."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()) or item.path.parent.name == "spark":
+            item.add_marker(pytest.mark.spark)

@@ -1,0 +1,102 @@
+"""The manifest commit verifies the table versions it registers still exist, and an empty write
+makes no commit."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from helpers.data import SCHEMA, fingerprint, sample_table, sorted_rows
+
+from dagster_lance_partitioned import PartitionedNamespace, PartitionField
+from dagster_lance_partitioned.core.errors import VersionGoneError
+
+FIELDS = [PartitionField.identity("country")]
+
+
+def _ns(tmp_path: Path) -> PartitionedNamespace:
+    ns = PartitionedNamespace.create(tmp_path / "ns", SCHEMA, FIELDS)
+    ns.write(sample_table(6))
+    return ns
+
+
+@pytest.mark.parametrize(
+    ("maintenance", "countries"),
+    [
+        ("vacuum", ("US", "NL")),  # NL is a new partition: its table is an orphan until commit
+        ("cleanup", ("US", "FR")),  # existing partitions: their new versions are unpinned
+    ],
+)
+def test_maintenance_between_table_and_manifest_commit_fails_the_write_cleanly(
+    tmp_path: Path, maintenance: str, countries: tuple[str, ...]
+) -> None:
+    ns = _ns(tmp_path)
+    before_rows = sorted_rows(ns.to_table())
+    before_version = ns.version
+    other = PartitionedNamespace.open(ns.uri)
+
+    def meanwhile(_pending) -> None:
+        if maintenance == "vacuum":
+            other.vacuum(grace=dt.timedelta(0))
+        else:
+            other.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+
+    ns._before_commit = meanwhile
+    with pytest.raises(VersionGoneError) as info:
+        ns.write(sample_table(4, countries=countries, start=100), mode="append")
+    assert "gone" in str(info.value) and "retry" in str(info.value)
+    fresh = PartitionedNamespace.open(ns.uri)
+    assert fresh.version == before_version  # no manifest commit
+    assert sorted_rows(fresh.to_table()) == before_rows  # readable, unchanged
+    ns._before_commit = None
+    ns.write(sample_table(4, countries=countries, start=100))  # a retry lands
+    assert PartitionedNamespace.open(ns.uri).count_rows() == len(before_rows) + 4
+
+
+def test_an_empty_write_makes_no_commit(tmp_path: Path) -> None:
+    ns = _ns(tmp_path)
+    before = fingerprint(ns.uri)
+    for mode in ("append", "overwrite_partitions"):
+        result = ns.write(sample_table(0), mode=mode)
+        assert result.committed is False
+        assert result.manifest_version == before["manifest_version"]
+        assert result.partitions == ()
+    assert fingerprint(ns.uri) == before
+
+
+def test_an_empty_whole_table_overwrite_still_empties_the_table(tmp_path: Path) -> None:
+    ns = _ns(tmp_path)
+    result = ns.write(sample_table(0), mode="overwrite")
+    assert result.committed is True and len(result.removed) == 3
+    assert ns.count_rows() == 0
+    again = ns.write(sample_table(0), mode="overwrite")  # nothing left to remove
+    assert again.committed is False and again.manifest_version == result.manifest_version
+
+
+def test_named_empty_partitions_still_commit(tmp_path: Path) -> None:
+    ns = _ns(tmp_path)
+    result = ns.write(sample_table(0), "overwrite_partitions", partitions=[{"country": "US"}])
+    assert result.committed is True
+    assert ns.count_rows("country = 'US'") == 0
+
+
+def test_a_vacuum_that_removes_a_writes_uncommitted_data_files_fails_it(tmp_path: Path) -> None:
+    """Data files of a write (here of a staged, Spark-like write whose table versions are
+    committed by the driver) removed by a vacuum with no grace before the manifest commit: the
+    write fails cleanly instead of registering versions whose files are gone."""
+    import os
+
+    ns = _ns(tmp_path)
+    before_rows = sorted_rows(ns.to_table())
+
+    def meanwhile(pending) -> None:
+        for p in pending:  # what an over-eager vacuum does to uncommitted files
+            for rel in p.data_files:
+                os.remove(os.path.join(ns.uri, p.location, rel))
+
+    ns._before_commit = meanwhile
+    with pytest.raises(VersionGoneError, match="data file"):
+        ns.write(sample_table(4, countries=("US", "FR"), start=100), mode="append")
+    fresh = PartitionedNamespace.open(ns.uri)
+    assert sorted_rows(fresh.to_table()) == before_rows
