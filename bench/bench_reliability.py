@@ -10,8 +10,9 @@ directory put first on PYTHONPATH for this process and every writer process), no
 working tree.
 
 Prints Markdown tables (figures go to docs/reliability.md with the command that made them);
-``--json`` also writes every figure and per-trial record. ``tests/integration/test_reliability_slow.py``
-runs the same functions with assertions (``pytest -m slow``).
+``--json`` also writes every figure and per-trial record.
+``tests/integration/test_reliability_slow.py`` runs the same functions with assertions
+(``pytest -m slow``).
 
 1. kill -9: a writer process makes one 50-partition write (40 existing partitions and 10 new
    ones, ``append`` or ``overwrite_partitions``) into a namespace holding a known state; the

@@ -14,7 +14,6 @@ from dagster_lance_partitioned import PartitionedNamespace
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 
 
-
 def test_connect_dataframes_are_written_and_loaded_per_partition(tmp_path):
     root, out = tmp_path / "lake", tmp_path / "out.json"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}

@@ -22,7 +22,6 @@ from dagster_lance_partitioned.core.manifest import ManifestStore
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 
 
-
 def _hiding_wrapper(hidden: Path) -> list[str] | None:
     """A command prefix running a process in a private mount namespace in which ``hidden`` is
     an empty tmpfs (None when this machine cannot do that)."""
