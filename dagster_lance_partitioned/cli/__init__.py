@@ -23,13 +23,13 @@ from ._args import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_USAGE,
-    CliError,
     Command,
     Options,
     add_global_options,
     parse_arrow_type,
 )
 from ._output import PROG, first_line, report, silence_stdout, to_json_value, write_json
+from .errors import CliError
 
 __all__ = [
     "DEFAULT_MAX_WIDTH",

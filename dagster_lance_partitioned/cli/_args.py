@@ -17,10 +17,6 @@ DEFAULT_MAX_WIDTH = 80
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
-class CliError(Exception):
-    """An error the CLI reports itself, as the package's errors: message on stderr, exit 1."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Options:
     """Global options after merging the ones given before and after the subcommand."""

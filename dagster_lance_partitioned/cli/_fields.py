@@ -36,8 +36,8 @@ from ..core.predicates import (
 from ..core.spec import PartitionSpec, SpecField, source_names, source_types
 from ..core.transforms import ExpressionTransform, Granularity
 from ..core.windows import TimeWindow, parse_window, window_values
-from ._args import CliError
 from ._output import first_line
+from .errors import CliError
 
 _WEEKDAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
 

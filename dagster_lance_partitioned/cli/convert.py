@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from ..core.namespace import PartitionedNamespace
-from ._args import AddCommand, CliError, Options, open_ns, typed_key
+from ._args import AddCommand, Options, open_ns, typed_key
 from ._output import plural, write_json
+from .errors import CliError
 from .inspect import write_info
 
 

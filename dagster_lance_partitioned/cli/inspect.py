@@ -24,9 +24,10 @@ from ..core.manifest import WRITER_FLAG_KEY, ManifestStore
 from ..core.namespace import PartitionedNamespace
 from ..core.planning import ScanTask
 from ..core.scan import open_table
-from ._args import AddCommand, CliError, Options, column_list, non_negative_int, open_ns
+from ._args import AddCommand, Options, column_list, non_negative_int, open_ns
 from ._fields import field_summary, resolve_filter, source_labels, spec_doc, transform_text
 from ._output import Text, error_text, is_numeric, plural, size_text, to_json_value, write_json
+from .errors import CliError
 
 DEFAULT_HISTORY = 20
 DEFAULT_LS_DEPTH = 6

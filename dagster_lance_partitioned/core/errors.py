@@ -211,3 +211,16 @@ class PartialPartitionError(PartitionedNamespaceError):
         super().__init__(message)
         self.partitions = partitions
         self.values = values
+
+
+class HiveImportError(PartitionedNamespaceError):
+    """A Hive-style tree cannot be imported (layout, keys, values); names the path at fault."""
+
+
+class PartitionByError(SpecError, ValueError):
+    """A ``partition_by`` text or list is malformed; names the field at fault."""
+
+
+class StaleChangeError(CommitConflictError):
+    """A partition the change was made on was changed (or a partition it creates was created)
+    by a concurrent commit since the snapshot it was planned on; nothing is visible."""

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from . import arrow_json, storage
-from .errors import NamespaceExistsError, PartitionedNamespaceError, SchemaError
+from .errors import HiveImportError, NamespaceExistsError, SchemaError
 from .manifest import (
     SCHEMA_KEY,
     SEP,
@@ -62,10 +62,6 @@ PROP_SCHEMA = "lance.partitioning.schema"
 _INT_RE = re.compile(r"^[+-]?\d+$")
 _FLOAT_RE = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-
-
-class HiveImportError(PartitionedNamespaceError):
-    """A Hive-style tree cannot be imported (layout, keys, values); names the path at fault."""
 
 
 @dataclass(frozen=True)

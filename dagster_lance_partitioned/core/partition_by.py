@@ -23,13 +23,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .arrow_json import type_from_json
-from .errors import SpecError
+from .errors import PartitionByError
 from .spec import PartitionField
-
-
-class PartitionByError(SpecError, ValueError):
-    """A ``partition_by`` text or list is malformed; names the field at fault."""
-
 
 _CALL = re.compile(r"^\s*([A-Za-z_]+)\s*\((.*)\)\s*$", re.S)
 _ONE_COLUMN = {

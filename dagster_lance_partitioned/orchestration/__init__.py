@@ -8,6 +8,7 @@ from .errors import (
     InvalidAssetKeyError,
     MissingUpstreamPartitionsError,
     PartitionKeyMismatchError,
+    PartitionLayoutError,
     StorageRootError,
     UnsupportedTypeError,
 )
@@ -23,7 +24,7 @@ from .handlers import (
     default_type_handlers,
 )
 from .io_manager import LancePartitionedIOManager, column_schema
-from .layout import Layout, PartitionLayoutError, time_window
+from .layout import Layout, time_window
 from .maintenance import (
     MaintenanceConfig,
     RetentionRule,

@@ -71,3 +71,9 @@ class RetentionRuleError(PartitionedNamespaceError, ValueError):
     def __init__(self, message: str, asset: str) -> None:
         super().__init__(message)
         self.asset = asset
+
+
+class PartitionLayoutError(PartitionedNamespaceError, ValueError):
+    """An asset's partitions cannot be stored as Lance partitions (missing or unknown
+    ``partition_expr`` column, a cron cadence that is not a calendar unit, a key that does
+    not fit the column type)."""

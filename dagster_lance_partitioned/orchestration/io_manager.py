@@ -47,6 +47,7 @@ from .errors import (
     InvalidAssetKeyError,
     MissingUpstreamPartitionsError,
     PartitionKeyMismatchError,
+    PartitionLayoutError,
     StorageRootError,
 )
 from .handlers import (
@@ -59,7 +60,7 @@ from .handlers import (
     handler_for_object,
     handler_for_type,
 )
-from .layout import Layout, PartitionLayoutError
+from .layout import Layout
 from .output import (
     MERGE,
     MERGE_ON,

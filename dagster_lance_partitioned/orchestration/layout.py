@@ -17,6 +17,7 @@ from ..core.errors import PartitionedNamespaceError, SpecError
 from ..core.filters import quote_ident, sql_literal
 from ..core.spec import PartitionField
 from ..core.windows import TimeWindow, window_values
+from .errors import PartitionLayoutError
 
 _UNITS = {
     ScheduleType.HOURLY: "hour",
@@ -24,12 +25,6 @@ _UNITS = {
     ScheduleType.WEEKLY: "week",
     ScheduleType.MONTHLY: "month",
 }
-
-
-class PartitionLayoutError(PartitionedNamespaceError, ValueError):
-    """An asset's partitions cannot be stored as Lance partitions (missing or unknown
-    ``partition_expr`` column, a cron cadence that is not a calendar unit, a key that does
-    not fit the column type)."""
 
 
 def time_window(pdef: dg.TimeWindowPartitionsDefinition) -> TimeWindow:

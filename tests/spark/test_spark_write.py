@@ -21,9 +21,9 @@ from dagster_lance_partitioned import (
     SchemaMismatchError,
     WriteError,
 )
-from dagster_lance_partitioned.core.errors import NamespaceNotFoundError
+from dagster_lance_partitioned.core.errors import NamespaceNotFoundError, PartitionByError
 from dagster_lance_partitioned.core.manifest import ManifestStore
-from dagster_lance_partitioned.core.partition_by import PartitionByError, parse_partition_by
+from dagster_lance_partitioned.core.partition_by import parse_partition_by
 from dagster_lance_partitioned.core.staged import StagedWrite
 from dagster_lance_partitioned.core.transforms import Bucket, Identity, Year
 from dagster_lance_partitioned.spark import FORMAT, write_dataframe

@@ -20,11 +20,11 @@ changes in Spark tasks with the same executor and commits their outcomes with
 
 from __future__ import annotations
 
+from ..errors import StaleChangeError
 from .change import Applied, RowChangeResult, TableChange
 from .commit import (
     MAX_REDO,
     Counts,
-    StaleChangeError,
     TableOutcome,
     commit_outcomes,
     new_table_location,

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..conform import conform_for_write, table_write_schema
-from ..errors import CommitConflictError
+from ..errors import CommitConflictError, StaleChangeError
 from ..health import parallel_map
 from ..manifest import (
     SEP,
@@ -66,11 +66,6 @@ class TableOutcome:
     key: Key | None = None
     location: str | None = None
     changed: bool = True
-
-
-class StaleChangeError(CommitConflictError):
-    """A partition the change was made on was changed (or a partition it creates was created)
-    by a concurrent commit since the snapshot it was planned on; nothing is visible."""
 
 
 @dataclass
