@@ -115,7 +115,7 @@ def run(
     executor = executor or TableExecutor(ns.uri, store.storage_options)
     state = _Round()
     rounds = [0, 0]  # planning rounds, rounds that had to redo a partition
-    hooked = [False]
+    hook = _OnceHook(before_commit)
 
     def plan(snap: ManifestSnapshot) -> ManifestEdit:
         at = NamespaceState(store, snap, pinned=True)
@@ -136,20 +136,42 @@ def run(
         if edit is None:
             raise _NothingToCommit
         edit.properties = _properties(operation, sorted(p.deregister), properties)
-        if before_commit is not None and not hooked[0]:
-            hooked[0] = True
-            before_commit()
+        hook()
         return edit
 
+    def result() -> RowChangeResult:
+        assert state.result is not None
+        return state.result
+
+    return _commit(ns, plan, result)
+
+
+class _OnceHook:
+    """Calls ``before_commit`` (a test hook) before the first manifest commit attempt only."""
+
+    def __init__(self, before_commit: Callable[[], None] | None) -> None:
+        self.before_commit = before_commit
+
+    def __call__(self) -> None:
+        if self.before_commit is not None:
+            hook, self.before_commit = self.before_commit, None
+            hook()
+
+
+def _commit(
+    ns: NamespaceState,
+    plan: Callable[[ManifestSnapshot], ManifestEdit],
+    result: Callable[[], RowChangeResult],
+) -> RowChangeResult:
+    """Commit ``plan`` to the manifest; ``result()`` (set by the last planning round) with the
+    manifest version it is visible at (no commit when the plan found nothing to change)."""
     try:
-        snap = store.commit(load_snapshot, plan)
+        snap = ns.store.commit(load_snapshot, plan)
     except _NothingToCommit:
         ns.refresh()
-        assert state.result is not None
-        return replace(state.result, manifest_version=ns.version, committed=False)
+        return replace(result(), manifest_version=ns.version, committed=False)
     ns.refresh()
-    assert state.result is not None
-    return replace(state.result, manifest_version=snap.version)
+    return replace(result(), manifest_version=snap.version)
 
 
 def _properties(operation: str, removed: list[str], extra: Mapping[str, str]) -> dict[str, str]:
@@ -304,7 +326,7 @@ def commit_outcomes(
     spec = base_state.current_spec
     schema = base_state.schema_with_ids
     outcome: list[RowChangeResult] = []
-    hooked = [False]
+    hook = _OnceHook(before_commit)
 
     def plan(snap: ManifestSnapshot) -> ManifestEdit:
         if snap.version != base.version:
@@ -314,18 +336,10 @@ def commit_outcomes(
         if not edit.upserts and not edit.deletes:
             raise _NothingToCommit
         edit.properties = _properties(operation, sorted(result.partitions_removed), properties)
-        if before_commit is not None and not hooked[0]:
-            hooked[0] = True
-            before_commit()
+        hook()
         return edit
 
-    try:
-        snap = store.commit(load_snapshot, plan)
-    except _NothingToCommit:
-        ns.refresh()
-        return replace(outcome[0], manifest_version=ns.version, committed=False)
-    ns.refresh()
-    return replace(outcome[0], manifest_version=snap.version)
+    return _commit(ns, plan, lambda: outcome[0])
 
 
 def _check_unchanged(
