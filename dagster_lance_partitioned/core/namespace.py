@@ -425,9 +425,10 @@ class PartitionedNamespace:
         when_not_matched_by_source: str = "keep",
         scope: FilterLike = None,
         commit_properties: dict[str, str] | None = None,
+        confine: FilterLike = None,
     ) -> RowChangeResult:
         """Upsert ``data`` on the key columns ``on`` across partitions in one manifest commit
-        (see :func:`~.row_changes.merge_rows`)."""
+        (see :func:`~.row_changes.merge_rows`; ``confine``: the partitions it may change)."""
         from .row_changes import merge_rows
 
         return merge_rows(
@@ -439,6 +440,7 @@ class PartitionedNamespace:
             when_not_matched_by_source=when_not_matched_by_source,
             scope=scope,
             commit_properties=commit_properties,
+            confine=confine,
         )
 
     @storage_boundary("deleting rows")

@@ -52,7 +52,8 @@ class WriteRequest:
 class MergeRequest:
     """What a merge does (see ``PartitionedNamespace.merge_insert``): key columns ``on``, what
     happens to matched, new and (``when_not_matched_by_source``) unmatched stored rows, the
-    stored rows a ``"delete"`` of the latter is limited to (``scope``), commit properties."""
+    stored rows a ``"delete"`` of the latter is limited to (``scope``), commit properties, and
+    the partitions the merge may change (``confine``: a filter; None: any)."""
 
     on: tuple[str, ...]
     when_matched: str
@@ -60,6 +61,7 @@ class MergeRequest:
     when_not_matched_by_source: str
     scope: str | None
     commit_properties: Mapping[str, str]
+    confine: str | None = None
 
 
 class TypeHandler(abc.ABC, Generic[T]):
@@ -82,6 +84,9 @@ class TypeHandler(abc.ABC, Generic[T]):
     engine: ClassVar[str | None] = None  # the asset kind of the compute engine, if any
     # to_arrow() returns a stream that reads ``obj`` up: it can be converted only once
     single_pass: ClassVar[bool] = False
+    # the rows live in an engine's executors: checks that would bring them here are skipped
+    # where the write or merge makes the same check itself
+    distributed: ClassVar[bool] = False
 
     @property
     @abc.abstractmethod
@@ -136,6 +141,7 @@ class TypeHandler(abc.ABC, Generic[T]):
             when_not_matched_by_source=request.when_not_matched_by_source,
             scope=request.scope,
             commit_properties=dict(request.commit_properties),
+            confine=request.confine,
         )
 
     def sample_outside(self, obj: T, row_filter: str) -> dict[str, Any] | None:
@@ -251,6 +257,7 @@ class SparkHandler(TypeHandler[Any]):
     errors raised in Spark's Python workers come back with their own class."""
 
     engine = "spark"
+    distributed = True
 
     @property
     def supported_types(self) -> Sequence[type]:
@@ -316,6 +323,7 @@ class SparkHandler(TypeHandler[Any]):
             scope=request.scope,
             storage_options=ns.storage_options,
             commit_properties=dict(request.commit_properties),
+            confine=request.confine,
         )
 
     def read(self, request: ReadRequest) -> Any:

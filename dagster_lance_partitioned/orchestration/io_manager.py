@@ -246,11 +246,13 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         would move it out of there), is refused; ``delete`` of unmatched stored rows removes
         only rows of the run's keys (and of ``lance/merge_scope``)."""
         scopes = [merge.scope] if merge.scope else []
+        confine = None
         if out.partitioned:
-            value.check_rows(out)  # no core check: a merge may write any partition
-            if merge.when_matched == "update":
-                self._refuse_moves(out, merge, value, ns)
-            scopes.insert(0, out.row_filter(ns.schema))
+            value.check_rows(out)  # input rows: no core check, a merge may write any partition
+            if merge.when_matched == "update" and not value.handler.distributed:
+                self._refuse_moves(out, merge, value, ns)  # early (Spark: in the tasks only)
+            confine = out.row_filter(ns.schema)  # and again where the merge commits
+            scopes.insert(0, confine)
         by_source = merge.when_not_matched_by_source == "delete"
         request = MergeRequest(
             merge.on,
@@ -259,8 +261,25 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             merge.when_not_matched_by_source,
             " AND ".join(f"({s})" for s in scopes) if by_source and scopes else None,
             out.commit_properties,
+            confine,
         )
-        return value.handler.merge(value.obj, ns, request)
+        try:
+            return value.handler.merge(value.obj, ns, request)
+        except UnnamedPartitionError as e:  # a key stored outside the run's partition keys
+            assert out.layout is not None
+            try:
+                key = out.layout.key_of(list(e.values.values()))
+            except (ValueError, TypeError):  # a partition of an older spec: its raw values
+                key = str(e.values)
+            raise PartitionKeyMismatchError(
+                f"asset {out.asset}: a merge key of the output is stored in partition key "
+                f"{key!r}, which this run does not target: the merge would move the row out "
+                "of it. Nothing was committed. Materialize both keys in one run, or add the "
+                f"partition column(s) {[d.column for d in out.layout.dimensions]} to "
+                f"{MERGE_ON} ({e})",
+                key,
+                e.sample,
+            ) from e
 
     def _refuse_moves(
         self, out: OutputSlice, merge: MergeOptions, value: OutputValue, ns: PartitionedNamespace

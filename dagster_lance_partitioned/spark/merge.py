@@ -77,6 +77,7 @@ def merge_dataframe(
     scope: FilterLike = None,
     storage_options: dict[str, str] | None = None,
     commit_properties: dict[str, str] | None = None,
+    confine: FilterLike = None,
 ) -> RowChangeResult:
     """Merge the rows of ``df`` into the namespace at ``uri`` on the key columns ``on``, in one
     manifest commit, distributed (see the module doc). Semantics of
@@ -84,12 +85,13 @@ def merge_dataframe(
     ignored, new keys inserted or ignored, moved keys deleted from their old partition,
     ``when_not_matched_by_source="delete"`` limited to the partitions the input touches or to
     ``scope``; keys must be unique and not NULL (:class:`DuplicateKeyError` /
-    :class:`MergeKeyError` naming one, nothing changed)."""
+    :class:`MergeKeyError` naming one, nothing changed); ``confine``: the partitions it may
+    change (a key to move out of another raises :class:`UnnamedPartitionError`)."""
     ns = PartitionedNamespace.open(uri, storage_options)
     state = ns.state
     state.require_unpinned("merge into it")
     opts = merge_options(
-        state, on, when_matched, when_not_matched, when_not_matched_by_source, scope
+        state, on, when_matched, when_not_matched, when_not_matched_by_source, scope, confine
     )
     data_schema = arrow_schema(df.schema)
     missing = [k for k in opts.on if data_schema.get_field_index(k) < 0]
@@ -170,6 +172,9 @@ def plan_job(state: NamespaceState, opts: MergeOptions) -> MergeJob:
     scoped: frozenset[str] = frozenset()
     if opts.by_source and opts.scope is not None:
         scoped = frozenset(MergeJob.route_of(t, spec) for t in plan.tasks(opts.scope))
+    confined = None
+    if opts.confine is not None:
+        confined = frozenset(MergeJob.route_of(t, spec) for t in plan.tasks(opts.confine))
     return MergeJob(
         state.uri,
         state.storage_options,
@@ -181,6 +186,7 @@ def plan_job(state: NamespaceState, opts: MergeOptions) -> MergeJob:
         tables,
         tuple(search),
         scoped,
+        confined,
     )
 
 

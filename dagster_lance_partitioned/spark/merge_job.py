@@ -45,7 +45,7 @@ from ..core.row_changes import (
 )
 from ..core.row_changes import keys as K
 from ..core.row_changes.commit import TABLE_THREADS
-from ..core.row_changes.merge import check_keys, check_null_keys
+from ..core.row_changes.merge import check_keys, check_null_keys, confined_error
 from ..core.spec import PartitionSpec
 from ..core.staged import derived_name
 from .result import carried, key_text
@@ -75,6 +75,7 @@ class MergeJob:
     tables: dict[str, ScanTask] = field(default_factory=dict)  # route -> registered table
     search: tuple[str, ...] = ()  # routes of the tables searched for keys stored elsewhere
     scoped: frozenset[str] = frozenset()  # routes of the tables ``scope`` selects
+    confined: frozenset[str] | None = None  # routes of the tables ``confine`` selects
 
     # -- naming ----------------------------------------------------------------------------
     def name_of(self, prefix: tuple[Any, ...]) -> str:
@@ -186,6 +187,10 @@ class MergeJob:
             return TableOutcome(None, None, version, rows.num_rows, key, location), counts
         change = TableChange(on=tuple(on))
         moved = 0
+        confined = self.confined
+        if opts.update and moved_in.num_rows and confined is not None and route not in confined:
+            key = moved_in.slice(0, 1).to_pylist()[0]  # it would move out of a partition
+            raise confined_error(task, key, key, opts.confine or "")  # the merge may not touch
         if opts.update and moved_in.num_rows:  # keys whose new rows go to other partitions
             change.delete_keys.append(moved_in)
             moved = moved_in.num_rows

@@ -24,6 +24,7 @@ from dagster_lance_partitioned.core.errors import (
     DuplicateKeyError,
     MergeKeyError,
     SchemaMismatchError,
+    UnnamedPartitionError,
     UpdateExpressionError,
     WriteError,
 )
@@ -353,6 +354,57 @@ def test_update_refuses_bad_expressions_changing_nothing(tmp_path):
 
 
 # -- concurrency --------------------------------------------------------------------------------
+def test_confine_refuses_moving_a_key_out_of_a_partition_it_does_not_name(tmp_path):
+    ns = make_ns(tmp_path)
+    before = fingerprint(ns.uri)
+    # id 1 is stored in FR: merged as a US row it would be deleted from FR
+    with pytest.raises(UnnamedPartitionError, match=r"merge key \{'id': 1\}.*FR") as info:
+        ns.merge_insert(rows((1, "US", D1, -1.0)), "id", confine="country = 'US'")
+    assert info.value.sample["id"] == 1 and "FR" in info.value.values.values()
+    assert fingerprint(ns.uri) == before
+    # new keys and keys already in US are fine; so is a key whose move stays inside confine
+    result = ns.merge_insert(
+        rows((0, "US", D1, 7.0), (99, "US", D1, 9.0), (1, "FR", D2, 8.0)),
+        "id",
+        confine="country IN ('US', 'FR')",
+    )
+    assert (result.rows_updated, result.rows_inserted) == (2, 1)
+
+
+def test_confine_holds_against_a_concurrent_write_of_the_key_elsewhere(tmp_path):
+    """The confinement is checked on the manifest version the merge commits on: a key written
+    into another partition after the merge planned is found when it re-plans, and refused."""
+    ns = make_ns(tmp_path)
+    other = PartitionedNamespace.open(ns.uri)
+
+    def concurrently() -> None:
+        other.write(rows((900, "FR", D1, 5.0)))
+
+    with pytest.raises(UnnamedPartitionError, match="900"):
+        row_changes.merge_rows(
+            ns,
+            rows((900, "US", D1, 1.0)),
+            "id",
+            confine="country = 'US'",
+            before_commit=concurrently,
+        )
+    got = ns.refresh().to_table(filter="id = 900").to_pylist()
+    assert [(r["country"], r["value"]) for r in got] == [("FR", 5.0)]  # the other write only
+    assert ns.count_rows("country = 'US'") == 4
+
+    # without confine the same race moves the row (the behaviour confine exists to refuse)
+    ns2 = make_ns(tmp_path / "plain")
+    other2 = PartitionedNamespace.open(ns2.uri)
+    row_changes.merge_rows(
+        ns2,
+        rows((900, "US", D1, 1.0)),
+        "id",
+        before_commit=lambda: other2.write(rows((900, "FR", D1, 5.0))),
+    )
+    got = ns2.refresh().to_table(filter="id = 900").to_pylist()
+    assert [(r["country"], r["value"]) for r in got] == [("US", 1.0)]
+
+
 def test_a_concurrent_append_to_a_touched_partition_is_kept(tmp_path):
     ns = make_ns(tmp_path)
     other = PartitionedNamespace.open(ns.uri)

@@ -231,6 +231,36 @@ def test_partitioned_merge_refuses_to_move_a_key_out_of_another_key(tmp_path):
     ]  # fmt: skip
 
 
+def test_partitioned_merge_refuses_a_key_written_elsewhere_after_its_check(tmp_path):
+    """A concurrent run storing the output's key under another partition key between the IO
+    manager's early check and the merge's commit: the merge refuses it where it commits."""
+    data = {"2024-01-01": rows("2024-01-01", range(3))}
+    instance = dg.DagsterInstance.ephemeral()
+    run([daily_merge_asset(data)], tmp_path, instance, partition_key="2024-01-01")
+
+    class RacedIOManager(LancePartitionedIOManager):
+        def _refuse_moves(self, out, merge, value, ns):  # type: ignore[no-untyped-def]
+            super()._refuse_moves(out, merge, value, ns)  # passes: id 7 is stored nowhere yet
+            other = PartitionedNamespace.open(ns.uri)  # then another run writes it on 01-01
+            other.write(rows("2024-01-01", [7], value=70.0))
+
+    data["2024-01-02"] = rows("2024-01-02", [7])
+    result = dg.materialize(
+        [daily_merge_asset(data)],
+        instance=instance,
+        partition_key="2024-01-02",
+        raise_on_error=False,
+        resources={"io_manager": RacedIOManager(root=str(tmp_path))},
+    )
+    assert not result.success
+    [message] = [m for c, m in failure(result) if c == "PartitionKeyMismatchError"]
+    assert "'2024-01-01'" in message and "may not touch" in message  # where it commits
+    assert [(r["id"], str(r["day"]), r["value"]) for r in table(tmp_path, "events")] == [
+        (0, "2024-01-01", 0.0), (1, "2024-01-01", 1.0), (2, "2024-01-01", 2.0),
+        (7, "2024-01-01", 77.0),
+    ]  # fmt: skip
+
+
 # -- unpartitioned ---------------------------------------------------------------------------------
 def test_unpartitioned_merge_upserts_across_its_data_partitions(tmp_path):
     state = {"rows": rows("2024-01-01", range(4), country="US")}

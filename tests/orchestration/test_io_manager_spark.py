@@ -343,3 +343,50 @@ def test_spark_merge_through_the_handler_scoped_to_the_run(spark, io):
     table = PartitionedNamespace.open(io.uri_for(dg.AssetKey("flights"))).to_table()
     assert sorted(table["seq"].to_pylist()) == [0, 1, 2, 3, 4, 5, 6]
     assert sorted(table["delay"].to_pylist())[:2] == [1.0, 10.5]
+
+
+def test_spark_merge_refuses_moving_a_key_out_of_another_runs_key_in_the_tasks(spark, io):
+    """Keyed on ``(ts, seq)`` alone, an output row whose key is stored under another origin
+    would move out of that key: refused in the Spark tasks (no keys collected on the driver),
+    as ``PartitionKeyMismatchError``, with nothing visible."""
+    origin = {"value": "JFK"}
+
+    @dg.asset(
+        name="flights",
+        partitions_def=by_origin,
+        metadata={
+            "partition_expr": {"date": "ts", "origin": "origin"},
+            "lance/write_mode": "merge",
+            "lance/merge_on": ["ts", "seq"],
+        },
+    )
+    def merged(context) -> DataFrame:
+        day, _ = _keys(context)[0]
+        return spark.createDataFrame(_rows(day, origin["value"]), SCHEMA)
+
+    instance = dg.DagsterInstance.ephemeral()
+    key = "2024-03-20|JFK"
+    assert dg.materialize(
+        [merged], instance=instance, resources={"io_manager": io}, partition_key=key
+    ).success
+    ns = PartitionedNamespace.open(io.uri_for(dg.AssetKey("flights")))
+    before = (ns.version, sorted(ns.to_table().to_pylist(), key=lambda r: r["seq"]))
+    origin["value"] = "LGA"  # the same (ts, seq) keys, now under LGA
+    result = dg.materialize(
+        [merged],
+        instance=instance,
+        resources={"io_manager": io},
+        partition_key=KEY,
+        raise_on_error=False,
+    )
+    assert not result.success
+    messages = []
+    for event in result.get_step_failure_events():
+        err = event.step_failure_data.error
+        while err is not None:
+            messages.append((err.cls_name, err.message))
+            err = err.cause
+    [message] = [m for c, m in messages if c == "PartitionKeyMismatchError"]
+    assert "'2024-03-20|JFK'" in message and "may not touch" in message
+    ns.refresh()
+    assert (ns.version, sorted(ns.to_table().to_pylist(), key=lambda r: r["seq"])) == before

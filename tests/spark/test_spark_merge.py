@@ -22,6 +22,7 @@ from dagster_lance_partitioned.core.errors import (
     MergeKeyError,
     NullabilityError,
     SchemaMismatchError,
+    UnnamedPartitionError,
 )
 from dagster_lance_partitioned.spark import merge as spark_merge
 from dagster_lance_partitioned.spark import write_dataframe
@@ -215,6 +216,26 @@ def test_an_error_raised_in_a_task_keeps_its_class(tmp_path, spark):
     )
     with pytest.raises(SchemaMismatchError):  # on the driver, before any job
         merge_dataframe(bad, ns.uri, on="id")
+
+
+def test_confine_refuses_moving_a_key_out_of_a_partition_it_does_not_name(tmp_path, spark):
+    """Raised in the task that would delete the key from its partition, with its class;
+    nothing becomes visible (tasks of other partitions may have left unregistered table
+    versions, which vacuum removes)."""
+    _, ns = pair(tmp_path)
+    before = (ns.version, contents(ns))
+    # sample_table puts id 1 in the second country: merged as a C0 row it would move
+    home = ns.to_table(filter="id = 1").column("country")[0].as_py()
+    assert home != "C0"
+    df = spark_df(spark, pa.Table.from_pylist(
+        [{"id": 1, "country": "C0", "event_date": D2, "value": 1.0}], schema=SCHEMA
+    ))  # fmt: skip
+    with pytest.raises(UnnamedPartitionError, match=f"{home}.*may not touch") as err:
+        merge_dataframe(df, ns.uri, on="id", confine="country = 'C0'")
+    assert err.value.sample == {"id": 1}
+    assert (ns.refresh().version, contents(ns)) == before
+    result = merge_dataframe(df, ns.uri, on="id", confine=f"country IN ('C0', '{home}')")
+    assert (result.rows_updated, result.rows_moved) == (1, 1)
 
 
 def test_a_concurrent_commit_to_a_touched_partition_is_kept(tmp_path, spark, monkeypatch):

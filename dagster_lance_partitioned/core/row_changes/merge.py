@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from .. import arrow_json
 from ..conform import check_write_schema, conform_for_write, table_write_schema
-from ..errors import DuplicateKeyError, MergeKeyError, WriteError
+from ..errors import DuplicateKeyError, MergeKeyError, UnnamedPartitionError, WriteError
 from ..filters import FilterLike, quote_ident, sql_literal, to_sql
 from ..filters import check as check_filter
 from ..health import parallel_map
@@ -46,6 +46,7 @@ class MergeOptions:
     insert: bool  # when_not_matched="insert"
     by_source: bool  # when_not_matched_by_source="delete"
     scope: str | None  # SQL
+    confine: str | None = None  # SQL: stored rows outside it are never changed or moved
 
     def properties(self) -> dict[str, str]:
         """The commit properties recording them."""
@@ -55,6 +56,7 @@ class MergeOptions:
             "when_not_matched": "insert" if self.insert else "ignore",
             "when_not_matched_by_source": "delete" if self.by_source else "keep",
             **({"scope": self.scope} if self.scope else {}),
+            **({"confine": self.confine} if self.confine else {}),
         }
 
 
@@ -65,6 +67,7 @@ def merge_options(
     when_not_matched: str,
     when_not_matched_by_source: str,
     scope: FilterLike,
+    confine: FilterLike = None,
 ) -> MergeOptions:
     """Check a merge's options against ``ns`` (refreshed); raises naming what is wrong."""
     keys = [on] if isinstance(on, str) else list(on)
@@ -90,12 +93,16 @@ def merge_options(
         raise WriteError("scope only applies with when_not_matched_by_source='delete'")
     if scope_sql is not None:
         check_filter(scope_sql, ns.schema_with_ids)  # a bad scope fails here
+    confine_sql = to_sql(confine)
+    if confine_sql is not None:
+        check_filter(confine_sql, ns.schema_with_ids)
     return MergeOptions(
         keys,
         when_matched == "update",
         when_not_matched == "insert",
         when_not_matched_by_source == "delete",
         scope_sql,
+        confine_sql,
     )
 
 
@@ -164,6 +171,7 @@ def merge_rows(
     scope: FilterLike = None,
     commit_properties: Mapping[str, str] | None = None,
     before_commit: Callable[[], None] | None = None,
+    confine: FilterLike = None,
 ) -> RowChangeResult:
     """Merge ``data`` into the namespace on the key columns ``on``, in one manifest commit
     (``data`` is read whole into memory).
@@ -186,11 +194,18 @@ def merge_rows(
     to the stored rows matching ``scope`` instead. It never empties partitions the input does
     not touch unless ``scope`` says so.
 
+    ``confine`` (a filter) names the partitions the merge may change: a key stored in a
+    partition outside it that the merge would move out raises :class:`UnnamedPartitionError`
+    (checked on the manifest version the merge commits on, so a concurrent write cannot slip
+    such a row in between); nothing is changed then.
+
     Keys must be unique in the input and never NULL (:class:`DuplicateKeyError`,
     :class:`MergeKeyError`); nothing is changed then."""
     ns = state_of(ns)
     ns.require_unpinned("merge into it")
-    opts = merge_options(ns, on, when_matched, when_not_matched, when_not_matched_by_source, scope)
+    opts = merge_options(
+        ns, on, when_matched, when_not_matched, when_not_matched_by_source, scope, confine
+    )
     src = input_table(data, ns)
     check_keys(src, opts.on)
     executor = TableExecutor(ns.uri, ns.storage_options)
@@ -223,6 +238,10 @@ def plan_merge(p: ChangePlan, src: pa.Table, opts: MergeOptions, executor: Table
         away = ids[table_of] != target_of[input_rows]  # stored in another table than its target
         elsewhere[input_rows[away]] = True
         if opts.update:  # the copies elsewhere of the rows written are deleted: moved
+            if opts.confine is not None:
+                check_confined(
+                    p, opts.confine, src, on, candidates, table_of[away], input_rows[away]
+                )
             _plan_moves(p, src, on, candidates, table_of[away], input_rows[away])
     for key, idx in routed.items():
         task = targets.get(key)
@@ -240,6 +259,39 @@ def plan_merge(p: ChangePlan, src: pa.Table, opts: MergeOptions, executor: Table
             p.inserted += int((write & ~away).sum())
     if opts.by_source:
         _plan_by_source(p, src, opts, list(targets.values()), executor)
+
+
+def check_confined(
+    p: ChangePlan,
+    confine: str,
+    src: pa.Table,
+    on: list[str],
+    tables: list[ScanTask],
+    table_of: np.ndarray,
+    input_rows: np.ndarray,
+) -> None:
+    """Refuse moving keys out of tables that ``confine`` does not select on ``p``'s snapshot
+    (``tables[table_of]`` hold the keys of ``src[input_rows]``, pairwise)."""
+    allowed = {t.object_id for t in p.tasks(confine)}
+    for t, row in zip(table_of.tolist(), input_rows.tolist(), strict=True):
+        task = tables[t]
+        if task.object_id in allowed:
+            continue
+        sample = src.slice(row, 1).to_pylist()[0]
+        raise confined_error(task, {name: sample[name] for name in on}, sample, confine)
+
+
+def confined_error(
+    task: ScanTask, key: dict[str, Any], sample: dict[str, Any], confine: str
+) -> UnnamedPartitionError:
+    """The error for a merge key stored in ``task``'s partition, outside ``confine``."""
+    return UnnamedPartitionError(
+        f"merge key {key} is stored in partition {task.partition_values} "
+        f"({task.object_id}), which this merge may not touch (it may change only {confine}); "
+        "nothing was changed",
+        dict(task.partition_values),
+        sample,
+    )
 
 
 def _plan_moves(
