@@ -84,9 +84,6 @@ class TypeHandler(abc.ABC, Generic[T]):
     engine: ClassVar[str | None] = None  # the asset kind of the compute engine, if any
     # to_arrow() returns a stream that reads ``obj`` up: it can be converted only once
     single_pass: ClassVar[bool] = False
-    # the rows live in an engine's executors: checks that would bring them here are skipped
-    # where the write or merge makes the same check itself
-    distributed: ClassVar[bool] = False
 
     @property
     @abc.abstractmethod
@@ -150,10 +147,6 @@ class TypeHandler(abc.ABC, Generic[T]):
         if self.single_pass:
             return None
         return _sample_outside_arrow(_as_table(self.to_arrow(obj)), row_filter)
-
-    def key_table(self, obj: T, columns: Sequence[str]) -> pa.Table:
-        """The ``columns`` of ``obj``'s rows as an Arrow table (merge key checks)."""
-        return _as_table(self.to_arrow(obj)).select(list(columns))
 
     # -- input --------------------------------------------------------------------------------
     def read(self, request: ReadRequest) -> T:
@@ -257,7 +250,6 @@ class SparkHandler(TypeHandler[Any]):
     errors raised in Spark's Python workers come back with their own class."""
 
     engine = "spark"
-    distributed = True
 
     @property
     def supported_types(self) -> Sequence[type]:
@@ -343,9 +335,6 @@ class SparkHandler(TypeHandler[Any]):
     def sample_outside(self, obj: Any, row_filter: str) -> dict[str, Any] | None:
         rows = obj.where(outside(row_filter)).limit(1).collect()
         return rows[0].asDict(recursive=True) if rows else None
-
-    def key_table(self, obj: Any, columns: Sequence[str]) -> pa.Table:
-        return obj.select(*columns).toArrow()  # the key columns only reach the driver
 
 
 def _spark() -> Any:

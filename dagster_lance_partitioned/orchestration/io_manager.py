@@ -21,7 +21,6 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
-from ..core.arrow_json import field_id
 from ..core.errors import (
     CommitConflictError,
     NamespaceNotFoundError,
@@ -34,7 +33,6 @@ from ..core.errors import (
     clean_message,
 )
 from ..core.evolution import is_widening
-from ..core.filters import quote_ident, sql_literal
 from ..core.health import parallel_map
 from ..core.namespace import PartitionedNamespace
 from ..core.partition_by import parse_partition_by
@@ -85,8 +83,6 @@ COUNT_THREADS = 8  # partition tables whose rows are counted at once (merge meta
 _SAFE_KEY_PART = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*")
 # exceptions of Lance and Arrow (and the OS under them) that handle_output reports as StorageError
 _RAW_ERRORS = (OSError, RuntimeError, ValueError, pa.ArrowException)
-# a merge's input keys pushed into the lookup of keys stored outside the run (more: a scan)
-_KEY_LOOKUP_MAX = 2_000
 
 
 class LancePartitionedIOManager(dg.ConfigurableIOManager):
@@ -243,15 +239,14 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
     ) -> RowChangeResult:
         """Merge the output on its keys. For a partitioned asset the merge is the run's keys':
         a row of another key, or an input key stored in a partition of another key (the merge
-        would move it out of there), is refused; ``delete`` of unmatched stored rows removes
-        only rows of the run's keys (and of ``lance/merge_scope``)."""
+        would move it out of there; refused by the merge itself, ``confine``, on the manifest
+        version it commits on), is refused; ``delete`` of unmatched stored rows removes only
+        rows of the run's keys (and of ``lance/merge_scope``)."""
         scopes = [merge.scope] if merge.scope else []
         confine = None
         if out.partitioned:
             value.check_rows(out)  # input rows: no core check, a merge may write any partition
-            if merge.when_matched == "update" and not value.handler.distributed:
-                self._refuse_moves(out, merge, value, ns)  # early (Spark: in the tasks only)
-            confine = out.row_filter(ns.schema)  # and again where the merge commits
+            confine = out.row_filter(ns.schema)  # stored rows: checked where the merge commits
             scopes.insert(0, confine)
         by_source = merge.when_not_matched_by_source == "delete"
         request = MergeRequest(
@@ -280,53 +275,6 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
                 key,
                 e.sample,
             ) from e
-
-    def _refuse_moves(
-        self, out: OutputSlice, merge: MergeOptions, value: OutputValue, ns: PartitionedNamespace
-    ) -> None:
-        """Raise :class:`PartitionKeyMismatchError` when an input key is stored in a partition
-        outside the run's keys. Only possible when the keys do not include the partition
-        source columns of every spec; then the stored keys outside the run are looked up
-        (pruned by ``on IN (input keys)`` when the input has few)."""
-        assert out.layout is not None
-        names = {field_id(f): f.name for f in ns.schema_with_ids}
-        sources = {names.get(s) for spec in ns.specs for f in spec.fields for s in f.source_ids}
-        if sources <= set(merge.on):
-            return  # a key's partition follows from the key: it is the row's own
-        value.materialize()
-        on = list(merge.on)
-        types = pa.schema([ns.schema.field(c).with_nullable(True) for c in on])
-        try:
-            keys = value.handler.key_table(value.obj, on).select(on).cast(types)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            return  # keys of another type: the merge itself refuses them, naming the column
-        if not keys.num_rows:
-            return
-        where = [f"NOT ({out.row_filter(ns.schema)})"]
-        for name in on:
-            distinct = keys.column(name).unique().drop_null().to_pylist()
-            if 0 < len(distinct) <= _KEY_LOOKUP_MAX:
-                try:
-                    literals = ", ".join(sql_literal(v) for v in distinct)
-                except PartitionedNamespaceError:  # a value SQL cannot spell: no pruning by it
-                    continue
-                where.append(f"{quote_ident(name)} IN ({literals})")
-        columns = list(dict.fromkeys([*on, *(d.column for d in out.layout.dimensions)]))
-        for batch in ns.scan(" AND ".join(where), columns):
-            found = pa.Table.from_batches([batch]).join(keys, on, join_type="left semi")
-            if not found.num_rows:
-                continue
-            row = found.slice(0, 1).to_pylist()[0]
-            key = out.layout.key_of_row(row, ns.schema)
-            raise PartitionKeyMismatchError(
-                f"asset {out.asset}: merge key { ({c: row[c] for c in on}) } of the output is "
-                f"stored in partition key {key!r}, which this run does not target: the merge "
-                "would move the row out of it. Nothing was committed. Materialize both keys "
-                "in one run, or add the partition column(s) "
-                f"{[d.column for d in out.layout.dimensions]} to {MERGE_ON}",
-                key,
-                row,
-            )
 
     def _describe(
         self,

@@ -21,7 +21,12 @@ from helpers.data import fingerprint, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace
 from dagster_lance_partitioned.core.history import commits
-from dagster_lance_partitioned.orchestration import LancePartitionedIOManager
+from dagster_lance_partitioned.orchestration import (
+    ArrowTableHandler,
+    LancePartitionedIOManager,
+    TypeHandler,
+    default_type_handlers,
+)
 
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-02-01")
 SCHEMA = pa.schema(
@@ -231,18 +236,23 @@ def test_partitioned_merge_refuses_to_move_a_key_out_of_another_key(tmp_path):
     ]  # fmt: skip
 
 
-def test_partitioned_merge_refuses_a_key_written_elsewhere_after_its_check(tmp_path):
-    """A concurrent run storing the output's key under another partition key between the IO
-    manager's early check and the merge's commit: the merge refuses it where it commits."""
+def test_partitioned_merge_refuses_a_key_written_elsewhere_just_before_it(tmp_path):
+    """Another run stores the output's key under another partition key after this run
+    prepared its output and just before the merge: the merge refuses it where it commits."""
     data = {"2024-01-01": rows("2024-01-01", range(3))}
     instance = dg.DagsterInstance.ephemeral()
     run([daily_merge_asset(data)], tmp_path, instance, partition_key="2024-01-01")
 
-    class RacedIOManager(LancePartitionedIOManager):
-        def _refuse_moves(self, out, merge, value, ns):  # type: ignore[no-untyped-def]
-            super()._refuse_moves(out, merge, value, ns)  # passes: id 7 is stored nowhere yet
-            other = PartitionedNamespace.open(ns.uri)  # then another run writes it on 01-01
+    class RacedHandler(ArrowTableHandler):
+        def merge(self, obj, ns, request):  # type: ignore[no-untyped-def]
+            other = PartitionedNamespace.open(ns.uri)  # another run writes id 7 on 01-01
             other.write(rows("2024-01-01", [7], value=70.0))
+            return super().merge(obj, ns, request)
+
+    class RacedIOManager(LancePartitionedIOManager):
+        @staticmethod
+        def type_handlers() -> list[TypeHandler[Any]]:
+            return [RacedHandler(), *default_type_handlers()]
 
     data["2024-01-02"] = rows("2024-01-02", [7])
     result = dg.materialize(

@@ -34,7 +34,8 @@ from ..conform import conform_for_write, same_layout, table_write_schema
 from ..errors import PartitionReadError, WriteError, is_storage_failure, storage_error
 from ..planning import ScanTask
 from ..scan import iter_task_batches, lance_filter, open_table
-from ..write import DETACHED_BIT, MAX_ROWS_PER_FILE
+from ..storage import DETACHED_BIT
+from ..write import MAX_ROWS_PER_FILE
 from . import keys as K
 from .change import Applied, TableChange
 

@@ -3,7 +3,6 @@
 them in one ``__manifest`` commit whose rules against concurrent commits are its mode's
 (:mod:`.append`, :mod:`.overwrite`, on :mod:`.commit`)."""
 
-from ..storage import DETACHED_BIT
 from .append import AppendCommit
 from .commit import WRITER_ID, WriteCommit
 from .ingest import Naming, PartitionIngest, RandomNaming, as_reader
@@ -16,7 +15,6 @@ from .writer import COMMITS, PartitionWriter
 
 __all__ = [
     "COMMITS",
-    "DETACHED_BIT",
     "MAX_ROWS_PER_FILE",
     "TABLE_WRITE_THREADS",
     "WRITER_ID",
