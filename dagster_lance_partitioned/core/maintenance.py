@@ -24,7 +24,7 @@ import pyarrow as pa
 from lance import LanceOperation
 from lance.fragment import write_fragments
 
-from . import arrow_json, storage
+from . import storage
 from .errors import PartialPartitionError, PartitionedNamespaceError, WriteError
 from .filters import FilterLike, to_sql
 from .health import (
@@ -45,7 +45,7 @@ from .manifest import ManifestSnapshot, delete_empty_namespaces
 from .manifest_ops import ManifestEdit
 from .ns_schema import snapshot_schema
 from .planning import ScanTask, plan_scan
-from .scan import iter_task_batches, lance_filter, open_table
+from .scan import count_matching, open_table
 from .state import HasState, NamespaceState, load_snapshot, state_of
 from .write import WRITER_ID
 
@@ -469,16 +469,7 @@ def drop_partitions(ns: NamespaceState | HasState, filter: FilterLike) -> DropRe
         key = (task.location, Pin(task.read_version, task.read_branch, task.read_tag))
         if key not in counted:
             rows = open_table(task, opts).count_rows()
-            plain = arrow_json.strip_field_ids(schema)
-            batches = iter_task_batches(
-                task,
-                schema,
-                plain.names[:1],
-                sql,
-                opts,
-                translated_filter=lance_filter(sql, plain),
-            )
-            counted[key] = (sum(b.num_rows for b in batches), rows)
+            counted[key] = (count_matching(task, schema, sql, opts), rows)
         return counted[key]
 
     dropped: list[DroppedPartition] = []

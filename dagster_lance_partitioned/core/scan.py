@@ -191,6 +191,22 @@ def _read_sources(
     return pa.table({"__rows": pa.nulls(rows, pa.null())})
 
 
+def count_matching(
+    task: ScanTask, schema: pa.Schema, sql: str, storage_options: dict[str, str] | None
+) -> int:
+    """How many rows of ``task``'s table ``sql`` selects (reading one column)."""
+    plain = strip_field_ids(schema)
+    batches = iter_task_batches(
+        task,
+        schema,
+        plain.names[:1],
+        sql,
+        storage_options,
+        translated_filter=lance_filter(sql, plain),
+    )
+    return sum(b.num_rows for b in batches)
+
+
 def lance_filter(filter_sql: str | None, schema: pa.Schema) -> str | None:
     """``filter_sql`` as Lance's scanner reads it, or None when it must be applied by DataFusion."""
     if not filter_sql:

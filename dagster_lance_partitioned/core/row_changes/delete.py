@@ -6,13 +6,12 @@ from collections.abc import Callable, Mapping
 
 import pyarrow as pa
 
-from .. import arrow_json
 from ..errors import WriteError
 from ..filters import FilterLike, to_sql
 from ..filters import check as check_filter
 from ..health import parallel_map
 from ..planning import ScanTask
-from ..scan import iter_task_batches, lance_filter
+from ..scan import count_matching
 from ..state import HasState, NamespaceState, state_of
 from .change import RowChangeResult
 from .commit import TABLE_THREADS, run
@@ -46,16 +45,7 @@ def delete_rows(
         """(rows matching, rows) of ``task``'s table."""
         key = (task.location, task.read_version, task.read_tag)
         if key not in counts or task.read_version is None:
-            plain = arrow_json.strip_field_ids(schema)
-            batches = iter_task_batches(
-                task,
-                schema,
-                plain.names[:1],
-                sql,
-                ns.storage_options,
-                translated_filter=lance_filter(sql, plain),
-            )
-            matching = sum(b.num_rows for b in batches)
+            matching = count_matching(task, schema, sql, ns.storage_options)
             counts[key] = (matching, executor.dataset(task).count_rows())
         return counts[key]
 
