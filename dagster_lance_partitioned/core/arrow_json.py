@@ -400,6 +400,17 @@ def schema_from_json(obj: dict[str, Any] | str | bytes) -> pa.Schema:
 # Structure helpers
 
 
+def is_list_like(t: pa.DataType) -> bool:
+    """Whether ``t`` is a list type of any kind (list, large, fixed-size, view)."""
+    return bool(
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or pa.types.is_list_view(t)
+        or pa.types.is_large_list_view(t)
+    )
+
+
 def _children(t: pa.DataType) -> list[pa.Field]:
     """Child fields pyarrow can hold: struct fields, list items, map key and value."""
     if pa.types.is_struct(t):

@@ -66,9 +66,9 @@ _REGION_LOOKUP_BASE = "https://s3.amazonaws.com"
 
 _lock = threading.Lock()
 _store_locks: dict[tuple[Any, ...], threading.Lock] = {}
-_results: dict[
-    tuple[Any, ...], str | None
-] = {}  # store key -> None (supported) or the refusal message
+# store key -> None (supported) or why the store is refused (no root in it: a store is probed
+# once, through whichever root came first, and each refusal names the root being written)
+_results: dict[tuple[Any, ...], str | None] = {}
 _warned: set[tuple[Any, ...]] = set()
 
 
@@ -107,9 +107,9 @@ def ensure_conditional_put(root: str, storage_options: dict[str, str] | None) ->
     with store_lock:
         if key not in _results:
             _results[key] = _probe(root, scheme, options)  # StorageError is not cached
-        refusal = _results[key]
-    if refusal is not None:
-        raise ConditionalPutUnsupportedError(refusal)
+        reason = _results[key]
+    if reason is not None:
+        raise ConditionalPutUnsupportedError(_refusal(root, reason))
 
 
 def clear_probe_cache() -> None:
@@ -159,8 +159,8 @@ class _StoreConfig:
 
 
 def _probe(root: str, scheme: str, options: dict[str, str]) -> str | None:
-    """None when a second create of a scratch object under ``root`` is refused, else the
-    message of the refusal to write."""
+    """None when a second create of a scratch object under ``root`` is refused, else why the
+    store is refused (without ``root``: see :func:`_refusal`)."""
     import obstore
     from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
 
@@ -173,7 +173,7 @@ def _probe(root: str, scheme: str, options: dict[str, str]) -> str | None:
             obstore.put(store, path, b"1", mode="create")
             created = True
         except NotSupportedError as e:
-            return _refusal(root, f"the store does not implement create-if-absent ({_msg(e)})")
+            return f"the store does not implement create-if-absent ({_msg(e)})"
         except Exception as e:
             raise StorageError(
                 f"{root}: cannot write the put-if-absent probe object {where}: {_msg(e)}",
@@ -185,20 +185,21 @@ def _probe(root: str, scheme: str, options: dict[str, str]) -> str | None:
         except (AlreadyExistsError, PreconditionError):
             return None
         except NotSupportedError as e:
-            return _refusal(root, f"the store does not implement create-if-absent ({_msg(e)})")
+            return f"the store does not implement create-if-absent ({_msg(e)})"
         except Exception as e:
             raise StorageError(
                 f"{root}: the put-if-absent probe of {where} failed: {_msg(e)}",
                 namespace=root,
                 path=where,
             ) from None
-        return _refusal(root, f"a second create-if-absent of {where} overwrote the first")
+        return f"a second create-if-absent of a probe object under {PROBE_DIR}/ overwrote the first"
     finally:
         if created:
             _delete(store, path, where)
 
 
 def _refusal(root: str, what: str) -> str:
+    """The refusal to write under ``root`` (the namespace being written) because ``what``."""
     return (
         f"{root}: the object store ignores put-if-absent ({what}). Lance commits rely on it: "
         "concurrent writers would both commit the same version and one commit would be lost "

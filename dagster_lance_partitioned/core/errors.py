@@ -130,6 +130,13 @@ class VersionGoneError(WriteError):
     cleanup or vacuum); the manifest commit was not made, nothing of the write is visible."""
 
 
+class MaintenanceConflictError(CommitConflictError, VersionGoneError):
+    """A maintenance run (cleanup, vacuum) announced the deletion of table versions or files a
+    commit depended on -- versions it made, or built on, before the announcement -- while the
+    commit was in flight; nothing of the commit is visible, the caller may retry it.
+    ``partitions`` holds the table locations concerned."""
+
+
 _RUST_LOCATION = re.compile(r",?\s*/?(?:[\w.\-]+/)*[\w.\-]+\.rs:\d+:\d+")
 
 

@@ -13,6 +13,8 @@ Rules (FORMAT.md "Namespace schema", draft spec "Schema Evolution Rules"):
 - drop: refused while the current spec uses the column; otherwise the field stays in the JSON,
   nullable, with ``"lance:deprecated": "true"``, and disappears from the visible schema.
 - promote: widening only, see :func:`is_widening`.
+- add and rename take only names Lance writes and reads back, and add / promote no dictionary
+  types (see :func:`.ns_schema.check_columns`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from .manifest_ops import ManifestEdit
 from .ns_schema import (
     DEPRECATED_KEY,
     SCHEMA_KEY,
+    check_column_name,
+    check_columns,
+    check_type,
     dropped_names,
     full_schema,
     is_deprecated,
@@ -47,6 +52,7 @@ def add_columns(
 ) -> int:
     """Add nullable columns with new field ids in one manifest commit; returns its version."""
     new_fields = _as_fields(fields)
+    check_columns(new_fields, "add")  # names Lance reads back, no dictionary types
 
     def change(full: pa.Schema, specs: list[PartitionSpec]) -> pa.Schema:
         """``full`` with the new fields appended, numbered past every id ever assigned."""
@@ -73,8 +79,7 @@ def add_columns(
 
 def rename_column(ns: NamespaceState | HasState, old: str, new: str) -> int:
     """Rename a column, keeping its field id, in one manifest commit; returns its version."""
-    if not isinstance(new, str) or not new:
-        raise SchemaError(f"cannot rename column {old!r}: the new name must be a non-empty string")
+    check_column_name(new, f"rename column {old!r} to")  # a name Lance reads back
 
     def change(full: pa.Schema, specs: list[PartitionSpec]) -> pa.Schema:
         """``full`` with the column renamed (same id, type and metadata)."""
@@ -117,6 +122,7 @@ def promote_column(ns: NamespaceState | HasState, name: str, wider_type: pa.Data
     version."""
     if not isinstance(wider_type, pa.DataType):
         raise SchemaError(f"cannot promote column {name!r}: {wider_type!r} is not an Arrow type")
+    check_type(wider_type, name, "promote")  # no dictionary types
     target = arrow_json.normalize_type(wider_type)
 
     def change(full: pa.Schema, specs: list[PartitionSpec]) -> pa.Schema:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -86,10 +87,11 @@ def _planned(sql: str, schema: pa.Schema) -> _Planned:
     """The plans of ``sql`` as the one predicate of a query over ``schema``; raises
     :class:`FilterError` for anything else (statement clauses, comments, several statements,
     subqueries, aggregate or window functions, placeholders, unbalanced text)."""
-    words = _lex(sql)
-    ctx = dfn.SessionContext()
-    empty = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
-    ctx.register_record_batches(_TABLE, [[empty]])
+    try:
+        words = _lex(sql)
+    except _Refusal as r:
+        raise _refused(sql, r.what) from None
+    ctx = _context(schema)
     try:
         # in parentheses the grammar takes one expression, so a trailing clause cannot parse
         df = ctx.sql(f"SELECT 1 FROM {_TABLE} WHERE ({sql})")
@@ -116,6 +118,62 @@ def _checked(sql: str, schema: pa.Schema) -> _Planned:
 def check(sql: str, schema: pa.Schema) -> None:
     """Raise :class:`FilterError` unless ``sql`` is a single predicate over ``schema``."""
     _checked(sql, schema)
+
+
+_OTHER_TABLE = re.compile(r'No field named ("[^"]+"|[^\s."]+)\.(?=\S)')
+
+
+@functools.lru_cache(maxsize=256)
+def check_row_expression(sql: str, schema: pa.Schema, label: str) -> None:
+    """Raise :class:`FilterError` unless ``sql`` is one scalar expression over a single row of
+    ``schema`` (what ``update`` sets a column to; ``label`` names it in the message).
+
+    Refused, as in filters: subqueries (they would read the table the expression is evaluated
+    on: one partition table), aggregate and window functions (computed over one partition's
+    rows, not the namespace's), UNNEST (it changes the number of rows), references to other
+    tables, statement clauses, comments, several statements. An expression that does not plan
+    for another reason (an unknown column, a type error) is not refused here: the caller
+    evaluates it and names the error."""
+
+    def refused(what: str) -> FilterError:
+        return FilterError(
+            f"{label} {sql!r} is not a scalar row expression: {what} (an update computes "
+            "each row's new value from the columns of that row only)"
+        )
+
+    try:
+        words = _lex(sql)
+    except _Refusal as r:
+        raise refused(r.what) from None
+    ctx = _context(schema)
+    try:
+        df = ctx.sql(f"SELECT ({sql}) AS __dlp_value FROM {_TABLE}")
+        plan = df.logical_plan()
+    except Exception as e:
+        other = _OTHER_TABLE.search(str(e))
+        what = _clause(words) or _aggregate(ctx, sql, schema)
+        if what is None and other is not None:
+            what = f"a reference to table {other.group(1).strip(chr(34))!r}"
+        if what:
+            raise refused(f"{what} is not allowed") from None
+        return
+    kinds = [type(node.to_variant()).__name__ for node in _nodes(plan)]
+    if kinds != ["Projection", "TableScan"]:
+        node = next((k for k in kinds if k in _REFUSED_NODES), None)
+        what = _REFUSED_NODES[node] if node else "plan " + " / ".join(kinds)
+        raise refused(f"{what} is not allowed")
+    for expr in plan.to_variant().projections():
+        found = _refused_expr(expr)
+        if found:
+            raise refused(f"{found} is not allowed")
+    try:
+        optimized = df.optimized_logical_plan()
+    except Exception:
+        return
+    for node in _nodes(optimized):
+        kind = type(node.to_variant()).__name__
+        if kind in _REFUSED_NODES:
+            raise refused(f"{_REFUSED_NODES[kind]} is not allowed")
 
 
 @functools.lru_cache(maxsize=256)
@@ -200,6 +258,7 @@ _REFUSED_NODES = {
     "Subquery": "a subquery",
     "SubqueryAlias": "a subquery",
     "Unnest": "UNNEST",
+    "WindowExpr": "a window function",
     "RecursiveQuery": "a recursive query",
     "Values": "a VALUES list",
 }
@@ -212,9 +271,26 @@ def _refused(sql: str, what: str) -> FilterError:
     )
 
 
+class _Refusal(Exception):
+    """What makes a text no single SQL expression (raised by :func:`_lex`, worded by the
+    caller)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def _context(schema: pa.Schema) -> dfn.SessionContext:
+    """A DataFusion session holding one empty table of ``schema``, named ``_TABLE``."""
+    ctx = dfn.SessionContext()
+    empty = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
+    ctx.register_record_batches(_TABLE, [[empty]])
+    return ctx
+
+
 def _lex(sql: str) -> list[tuple[str, int]]:
     """The words of ``sql`` outside literals and quoted identifiers, upper-cased, with their
-    parenthesis depth; raises :class:`FilterError` for comments, semicolons, unterminated
+    parenthesis depth; raises :class:`_Refusal` for comments, semicolons, unterminated
     literals or identifiers and unbalanced parentheses (DataFusion's generic SQL dialect)."""
     words: list[tuple[str, int]] = []
     depth, i, n = 0, 0, len(sql)
@@ -235,21 +311,21 @@ def _lex(sql: str) -> list[tuple[str, int]]:
             words.append((word.upper(), depth))
             i = j
         elif sql.startswith("--", i):
-            raise _refused(sql, "a comment (--) is not allowed")
+            raise _Refusal("a comment (--) is not allowed")
         elif sql.startswith("/*", i):
-            raise _refused(sql, "a comment (/* */) is not allowed")
+            raise _Refusal("a comment (/* */) is not allowed")
         elif ch == ";":
-            raise _refused(sql, "a semicolon (more than one statement) is not allowed")
+            raise _Refusal("a semicolon (more than one statement) is not allowed")
         elif ch == "(":
             depth, i = depth + 1, i + 1
         elif ch == ")":
             depth, i = depth - 1, i + 1
             if depth < 0:
-                raise _refused(sql, "unbalanced parentheses (a ')' closes nothing)")
+                raise _Refusal("unbalanced parentheses (a ')' closes nothing)")
         else:
             i += 1
     if depth:
-        raise _refused(sql, f"unbalanced parentheses ({depth} '(' not closed)")
+        raise _Refusal(f"unbalanced parentheses ({depth} '(' not closed)")
     return words
 
 
@@ -268,7 +344,7 @@ def _close(sql: str, i: int, quote: str, backslash: bool) -> int:
         else:
             return i + 1
     kind = "string literal" if quote == "'" else "quoted identifier"
-    raise _refused(sql, f"unterminated {kind} ({quote} not closed)")
+    raise _Refusal(f"unterminated {kind} ({quote} not closed)")
 
 
 def _dollar(sql: str, i: int) -> int:
@@ -281,7 +357,7 @@ def _dollar(sql: str, i: int) -> int:
     tag = sql[i : j + 1]
     end = sql.find(tag, j + 1)
     if end < 0:
-        raise _refused(sql, f"unterminated dollar-quoted string ({tag} not closed)")
+        raise _Refusal(f"unterminated dollar-quoted string ({tag} not closed)")
     return end + len(tag)
 
 

@@ -184,11 +184,23 @@ class TableListing:
 
 
 def list_table(
-    root: str, location: str, storage_options: dict[str, str] | None = None
+    root: str,
+    location: str,
+    storage_options: dict[str, str] | None = None,
+    links: bool = False,
 ) -> TableListing:
-    """List one partition-table directory (one recursive listing)."""
-    uri = storage.join(root, location)
-    files = {f.path: f for f in storage.list_files(uri, storage_options)}
+    """List one partition-table directory (one recursive listing).
+
+    On a local root a table that is, is reached through, or holds a symbolic link anywhere
+    raises :class:`PathEscapeError` naming the location and the link, so maintenance never
+    reads or deletes through one; with ``links`` (orphans, deleted as a whole without
+    following a link) links are merely left out of the listing."""
+    uri = storage.join(root, location) if links else storage.table_uri(root, location)
+    found, linked = storage.list_tree(uri, storage_options)
+    if linked and not links:
+        where = f"{(storage.local_path(uri) or uri).rstrip('/')}/{linked[0]}"
+        raise storage.link_error(root, location, None, where)
+    files = {f.path: f for f in found}
     return TableListing(location, uri, files, storage_options)
 
 
@@ -325,7 +337,9 @@ def referenced_pins(
 ) -> dict[str, set[Pin]]:
     """Table location -> every pin of it in the manifest ``versions`` (``known`` is a snapshot
     already in memory, used instead of reading its version again); see :func:`table_pins` for
-    ``strict``."""
+    ``strict``; when ``strict``, a location that is (or holds) a symbolic link on a local root
+    raises it too, see :func:`~.storage.check_no_links`)."""
+    versions = list(versions)
     todo = [v for v in versions if known is None or v != known.version]
     out: dict[str, set[Pin]] = {}
     if known is not None and known.version in set(versions):
@@ -340,6 +354,9 @@ def referenced_pins(
     for pins in parallel_map(lambda v: table_pins(store, v, strict), todo):
         for location, found in pins.items():
             out.setdefault(location, set()).update(found)
+    if strict:  # once per location, before anything works through it
+        for location in sorted(out):
+            storage.check_no_links(store.root, location)
     return out
 
 
@@ -486,7 +503,8 @@ def check_read_versions(
 ) -> tuple[list[VersionIssue], list[UncommittedVersion]]:
     """Whether every registered table can be read at its pinned state (problems:
     ``missing table``, ``read_version cleaned up`` -- its version manifest or some of its
-    files are gone --, ``branch does not resolve``, ``tag does not resolve``), and which
+    files are gone --, ``branch does not resolve``, ``tag does not resolve``, ``location
+    outside the root``, ``location through a symbolic link``), and which
     registered tables hold versions that no manifest version references and that are newer
     than every version one does (writes that never reached their manifest commit, commits
     made to the table directly). ``history``: the namespace's own manifest version, every
@@ -547,7 +565,16 @@ def check_read_versions(
                 entry.object_id, entry.location, values, "location outside the root", str(e)
             )
             return issue, None
-        if entry.read_branch is not None:  # branch versions live under tree/: only resolved
+        try:  # branch tables are only opened (their listing would include every branch)
+            listing = None
+            if entry.read_branch is None:
+                listing = list_table(ns.uri, entry.location, opts)
+            else:
+                storage.check_no_links(ns.uri, entry.location, entry.object_id)
+        except PathEscapeError as e:
+            link = "location through a symbolic link"
+            return VersionIssue(entry.object_id, entry.location, values, link, str(e)), None
+        if listing is None:  # branch versions live under tree/: only resolved
             try:
                 open_entry(ns.uri, entry, opts)
             except _OPEN_ERRORS as e:
@@ -563,7 +590,6 @@ def check_read_versions(
                     None,
                 )
             return None, None
-        listing = list_table(ns.uri, entry.location, opts)
         what, detail, pinned = problem(entry, listing)
         found = None
         if what:
@@ -632,7 +658,9 @@ def orphan_candidates(
 ) -> list[tuple[str, TableListing]]:
     """Directories directly under ``root`` (but ``__manifest``) that no ``referenced`` location
     lies in, and that look like partition tables (named ``<8 hex>_...`` or holding Lance
-    ``_versions/`` or ``data/``); with their listings."""
+    ``_versions/`` or ``data/``); with their listings. On a local root symbolic links are never
+    candidates (nor followed: an orphan's listing leaves out the links below it, which deleting
+    it removes as links)."""
     used = set()
     for location in referenced:
         rel = storage.relative_to(root, location)
@@ -642,7 +670,7 @@ def orphan_candidates(
     names = [n for n in names if n != MANIFEST_DIR]
 
     def one(name: str) -> tuple[str, TableListing] | None:
-        listing = list_table(root, name, storage_options)
+        listing = list_table(root, name, storage_options, links=True)
         if any(p.startswith(MANIFEST_DIR + "/") for p in listing.files):
             return None  # a namespace nested under this one (Dagster asset keys a / a.b)
         looks = TABLE_DIR.match(name) or any(

@@ -68,10 +68,14 @@ def commits(
 ) -> Iterator[Commit]:
     """The commits after manifest version ``since`` (0: from the first) up to ``until``
     (default: the latest), oldest first. Metadata-only commits (a new spec version, schema
-    evolution) have no changes."""
+    evolution) have no changes. Versions a cleanup removed are skipped, and so is the oldest
+    version still on storage (what it changed went with its predecessor)."""
     latest = PartitionedNamespace.open(uri, storage_options)
     until = latest.version if until is None else until
     store = ManifestStore(latest.uri, storage_options)
+    oldest = min(int(ref["version"]) for ref in store.dataset().version_refs())
+    if since + 1 < oldest:  # the versions before it are gone: start after it
+        since = oldest
     before = _tables(uri, storage_options, since)
     for version in range(since + 1, until + 1):
         after = _tables(uri, storage_options, version)

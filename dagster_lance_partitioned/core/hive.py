@@ -138,7 +138,8 @@ def discover(
         if len(set(keys)) != len(keys):
             raise HiveImportError(f"{location}: partition key repeated in the path")
         try:
-            ds = lance.dataset(storage.join(root, location), storage_options=storage_options)
+            uri = storage.table_uri(root, location)  # a leaf through a link: PathEscapeError
+            ds = lance.dataset(uri, storage_options=storage_options)
         except (ValueError, OSError) as e:
             raise HiveImportError(f"{location}: not a readable Lance table: {e}") from None
         props = {**_decode(ds.schema.metadata), **dict(ds.metadata)}

@@ -16,7 +16,7 @@ import json
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import lance
@@ -25,7 +25,7 @@ from lance import LanceOperation
 from lance.fragment import write_fragments
 
 from . import storage
-from .errors import PartialPartitionError, PartitionedNamespaceError, WriteError
+from .errors import PartialPartitionError, PartitionedNamespaceError, WriteError, storage_error
 from .filters import FilterLike, to_sql
 from .health import (
     Pin,
@@ -41,10 +41,11 @@ from .health import (
     table_tags,
     version_files,
 )
-from .manifest import ManifestSnapshot, delete_empty_namespaces
+from .manifest import ManifestSnapshot, ManifestStore, delete_empty_namespaces
 from .manifest_ops import ManifestEdit
 from .ns_schema import snapshot_schema
 from .planning import ScanTask, plan_scan
+from .retire import Retirement, Use, announce, conflicting, epoch
 from .scan import count_matching, open_table
 from .state import HasState, NamespaceState, load_snapshot, state_of
 from .write import WRITER_ID
@@ -199,7 +200,8 @@ def compact(
     _refuse_pinned(ns, "compact it")
     if target_rows_per_fragment < 1:
         raise ValueError("target_rows_per_fragment must be at least 1")
-    ns.refresh()
+    ns.store.check_store()  # before anything is written
+    made_at = epoch(ns.refresh().snapshot)
     plan = ns.plan_scan(filter)
     done = [
         c
@@ -213,6 +215,9 @@ def compact(
     committed: list[_Compacted] = []
     skipped: list[str] = []
 
+    def use(c: _Compacted) -> Use:
+        return Use(c.location, c.version, c.pin.read_version, made_at)
+
     def plan_commit(snap: ManifestSnapshot) -> ManifestEdit:
         committed.clear()
         skipped.clear()
@@ -220,12 +225,19 @@ def compact(
         edit = ManifestEdit(
             properties={"operation": "compact", "writer": WRITER_ID, "overwritten": "[]"}
         )
+        retired = {u.location for u in conflicting(snap, [use(c) for c in done])}
         for c in done:
             entry = current.get(c.object_id)
-            if entry is None or entry.location != c.location or pin_of(entry) != c.pin:
+            if (
+                entry is None
+                or entry.location != c.location
+                or pin_of(entry) != c.pin
+                or c.location in retired
+            ):
                 skipped.append(c.object_id)
                 continue
             edit.upserts[c.object_id] = {"read_version": c.version}
+            edit.uses.append(use(c))
             committed.append(c)
         if not committed:
             raise _NothingToCommit
@@ -256,49 +268,88 @@ class _TableCleanup:
     skipped: bool = False
 
 
-def _clean_table(
-    ns: NamespaceState,
-    location: str,
-    pins: set[Pin],
-    cutoff: float,
-) -> _TableCleanup:
-    """Remove the versions of one table that no pin protects and that are older than
-    ``cutoff``, then the files only they referenced."""
+@dataclass
+class _TablePlan:
+    """What maintenance found to remove in one table before announcing it: the listing, the
+    versions to remove and the files each listed version references."""
+
+    location: str
+    listing: TableListing | None = None
+    remove: set[int] = field(default_factory=set)
+    files: dict[int, VersionFiles] = field(default_factory=dict)
+    candidates: list[str] = field(default_factory=list)  # vacuum: unreferenced files
+    skipped: bool = False
+
+
+def _plan_clean_table(
+    ns: NamespaceState, location: str, pins: set[Pin], cutoff: float
+) -> _TablePlan:
+    """The versions of one table that no pin protects and that are older than ``cutoff``."""
     opts = ns.storage_options
+    plan = _TablePlan(location)
     listing = list_table(ns.uri, location, opts)
-    out = _TableCleanup()
     if not listing.exists:
-        return out
+        return plan
+    plan.listing = listing
     if listing.has_branches:
-        out.skipped = True  # branch manifests may read this table's files: leave it alone
-        return out
+        plan.skipped = True  # branch manifests may read this table's files: leave it alone
+        return plan
     tags = table_tags(listing.uri, opts)
     protected, on_branch = resolve_pins(pins, listing, lambda: tags)
     if on_branch:
-        out.skipped = True
-        return out
+        plan.skipped = True
+        return plan
     protected |= set(tags.values())  # tagged versions are kept, as Lance keeps them
     if listing.latest_main is not None:
         protected.add(listing.latest_main)  # Lance needs the main line's latest version
-    remove = sorted(
-        v for v, tv in listing.versions.items() if v not in protected and tv.mtime < cutoff
-    )
+    remove = {v for v, tv in listing.versions.items() if v not in protected and tv.mtime < cutoff}
     if not remove:
-        return out
-    keep = [v for v in listing.versions if v not in set(remove)]
+        return plan
     try:
-        kept = parallel_map(lambda v: version_files(listing.uri, v, opts), keep, threads=4)
-        gone = parallel_map(
-            lambda v: version_files(listing.uri, v, opts, transaction=True), remove, threads=4
+        found = parallel_map(
+            lambda v: version_files(listing.uri, v, opts, transaction=v in remove),
+            sorted(listing.versions),
+            threads=4,
         )
     except (ValueError, OSError, RuntimeError):
-        out.skipped = True  # a manifest we cannot read might reference anything: do nothing
+        plan.skipped = True  # a manifest we cannot read might reference anything: do nothing
+        return plan
+    plan.files = dict(zip(sorted(listing.versions), found, strict=True))
+    plan.remove = remove
+    return plan
+
+
+def _finish_clean_table(ns: NamespaceState, plan: _TablePlan, pins: set[Pin]) -> _TableCleanup:
+    """Remove what ``plan`` found, but for the versions ``pins`` (read after the announcement)
+    protect, and the files only removed versions reference (any version registered since the
+    plan counts as kept)."""
+    out = _TableCleanup(skipped=plan.skipped)
+    listing = plan.listing
+    if listing is None or not plan.remove:
+        return out
+    opts = ns.storage_options
+    protected, on_branch = resolve_pins(pins, listing, lambda: table_tags(listing.uri, opts))
+    if on_branch:
+        out.skipped = True
+        return out
+    remove = sorted(plan.remove - protected)
+    kept = [f for v, f in plan.files.items() if v not in set(remove)]
+    try:  # versions registered since the listing (rebased writes) keep what they read
+        kept += parallel_map(
+            lambda v: version_files(listing.uri, v, opts),
+            sorted(protected - set(plan.files)),
+            threads=4,
+        )
+    except (ValueError, OSError, RuntimeError):
+        out.skipped = True
+        return out
+    if not remove:
         return out
     # manifests first: a crash in between leaves unreferenced files (vacuum's), never a
     # version whose files are gone
     manifests = [listing.versions[v].path for v in remove]
     storage.delete_files(listing.uri, manifests, opts)
-    doomed = _only_in(gone, kept, listing)
+    doomed = _only_in([plan.files[v] for v in remove], kept, listing)
     out.versions = len(remove)
     out.files = storage.delete_files(listing.uri, doomed, opts)
     out.bytes = sum(listing.files[p].size for p in [*manifests, *doomed] if p in listing.files)
@@ -325,6 +376,11 @@ def _only_in(
     return sorted(p for p in listing.files if gone_all.covers(p) and not kept_all.covers(p))
 
 
+def _all_pins(store: ManifestStore) -> dict[str, set[Pin]]:
+    """location -> pins, over every ``__manifest`` version on storage."""
+    return referenced_pins(store, manifest_versions(store))
+
+
 def cleanup(
     ns: NamespaceState | HasState,
     older_than: dt.timedelta = dt.timedelta(days=7),
@@ -338,32 +394,41 @@ def cleanup(
     manifest version pins it (``read_version``, or a tag), it is not the newest main-line
     version and carries no tag; the files only removed versions referenced go with it. Time
     travel to every retained manifest version keeps working. Files nobody ever referenced
-    (failed writes) and tables no retained version references are left to :func:`vacuum`."""
+    (failed writes) and tables no retained version references are left to :func:`vacuum`.
+
+    Safe beside writers whatever the bounds (see :mod:`.retire`): the table versions to remove
+    are announced in ``__manifest`` first, a write that would register or build on one
+    conflicts, and the pins are read again after the announcement."""
     ns = state_of(ns)
     _refuse_pinned(ns, "clean it up")
     if keep_manifest_versions < 1:
         raise ValueError("keep_manifest_versions must be at least 1 (the latest is always kept)")
     store = ns.store
+    store.check_store()
+    ns.refresh()  # refuses a malformed manifest before anything is removed
     cutoff = time.time() - older_than.total_seconds()
     manifest = store.dataset()
     # every location any manifest version names must lie inside the root before anything is
     # removed (a hostile row raises PathEscapeError here, with nothing deleted)
-    referenced_pins(store, manifest_versions(store))
-    stats = manifest.cleanup_old_versions(
-        older_than=older_than,
-        retain_versions=keep_manifest_versions,
-        error_if_tagged_old_versions=False,
-    )
+    _all_pins(store)
+    try:
+        stats = manifest.cleanup_old_versions(
+            older_than=older_than,
+            retain_versions=keep_manifest_versions,
+            error_if_tagged_old_versions=False,
+        )
+    except (OSError, ValueError, RuntimeError) as e:
+        raise storage_error(e, ns.uri, "cleaning up __manifest versions") from None
     ns.refresh()
     retained = manifest_versions(store)
     pins = referenced_pins(store, retained)
-    # commits landing meanwhile pin versions that are new (younger than ``older_than``) or
-    # pinned by a version read above; read the newest ones anyway
-    landed = [v for v in manifest_versions(store) if v > retained[-1]]
-    for location, found in referenced_pins(store, landed).items():
-        pins.setdefault(location, set()).update(found)
     locations = sorted(pins)
-    results = parallel_map(lambda loc: _clean_table(ns, loc, pins[loc], cutoff), locations)
+    plans = parallel_map(lambda loc: _plan_clean_table(ns, loc, pins[loc], cutoff), locations)
+    retirement = Retirement(versions={p.location: frozenset(p.remove) for p in plans if p.remove})
+    if retirement:
+        announce(store, retirement, "cleanup")
+        pins = _all_pins(store)
+    results = parallel_map(lambda p: _finish_clean_table(ns, p, pins.get(p.location, set())), plans)
     ns.refresh()
     return CleanupResult(
         manifest_versions_removed=int(stats.old_versions),
@@ -378,33 +443,59 @@ def cleanup(
 # --------------------------------------------------------------------------------------------
 # vacuum
 
+_MANAGED = ("data/", "_deletions/", "_indices/")
 
-def _vacuum_table(ns: NamespaceState, location: str, cutoff: float) -> _TableCleanup:
-    """Delete files of one table that no version on storage references, older than
-    ``cutoff``: data, deletion and index files of writes that never committed a version."""
+
+def _plan_vacuum_table(ns: NamespaceState, location: str, cutoff: float) -> _TablePlan:
+    """The files of one table that no version on storage references, older than ``cutoff``:
+    data, deletion and index files of writes that never committed a version."""
     opts = ns.storage_options
+    plan = _TablePlan(location)
     listing = list_table(ns.uri, location, opts)
-    out = _TableCleanup()
     if not listing.exists:
-        return out
+        return plan
+    plan.listing = listing
     if listing.has_branches:
-        out.skipped = True
-        return out
-    managed = ("data/", "_deletions/", "_indices/")
-    candidates = [p for p, f in listing.files.items() if p.startswith(managed) and f.mtime < cutoff]
+        plan.skipped = True
+        return plan
+    candidates = [
+        p for p, f in listing.files.items() if p.startswith(_MANAGED) and f.mtime < cutoff
+    ]
     if not candidates:
-        return out
+        return plan
     try:
         referenced = parallel_map(
             lambda v: version_files(listing.uri, v, opts), sorted(listing.versions), threads=4
         )
     except (ValueError, OSError, RuntimeError):
+        plan.skipped = True
+        return plan
+    everything = _union(referenced)
+    plan.files = dict(zip(sorted(listing.versions), referenced, strict=True))
+    plan.candidates = [p for p in candidates if not everything.covers(p)]
+    return plan
+
+
+def _finish_vacuum_table(ns: NamespaceState, plan: _TablePlan) -> _TableCleanup:
+    """Delete ``plan``'s candidates but those a version committed since the plan references."""
+    out = _TableCleanup(skipped=plan.skipped)
+    if plan.listing is None or not plan.candidates:
+        return out
+    opts = ns.storage_options
+    now = list_table(ns.uri, plan.location, opts)
+    try:
+        since = parallel_map(
+            lambda v: version_files(now.uri, v, opts),
+            sorted(set(now.versions) - set(plan.files)),
+            threads=4,
+        )
+    except (ValueError, OSError, RuntimeError):
         out.skipped = True
         return out
-    everything = _union(referenced)
-    doomed = [p for p in candidates if not everything.covers(p)]
-    out.files = storage.delete_files(listing.uri, doomed, opts)
-    out.bytes = sum(listing.files[p].size for p in doomed)
+    referenced = _union(since)
+    doomed = [p for p in plan.candidates if not referenced.covers(p)]
+    out.files = storage.delete_files(now.uri, doomed, opts)
+    out.bytes = sum(plan.listing.files[p].size for p in doomed)
     return out
 
 
@@ -416,24 +507,40 @@ def vacuum(
     their newest file, so a write in progress keeps its table), and files inside referenced
     tables that no version of the table references (fragments of writes that failed before
     committing a version). Never touches a file a table version references, nor
-    ``__manifest``."""
+    ``__manifest``.
+
+    Safe beside writers whatever ``grace`` (see :mod:`.retire`): what is to be deleted is
+    announced in ``__manifest`` first; a write in flight whose files or new table it names
+    conflicts instead of committing, and the references are read again after the
+    announcement."""
     ns = state_of(ns)
     _refuse_pinned(ns, "vacuum it")
     ns.refresh()
     store = ns.store
+    store.check_store()
     limit = grace.total_seconds()
     cutoff = time.time() - limit
-    refs = referenced_pins(store, manifest_versions(store))  # one read per manifest version
+    refs = _all_pins(store)  # one read per manifest version
     orphans = orphans_among(ns.uri, refs, ns.storage_options)
-    removed, kept = [], []
-    for orphan in orphans:
-        if orphan.age_seconds > limit:
-            storage.delete_tree(storage.join(ns.uri, orphan.location), ns.storage_options)
-            removed.append(orphan)
-        else:
-            kept.append(orphan.location)
+    doomed = [o for o in orphans if o.age_seconds > limit]
+    kept = [o.location for o in orphans if o.age_seconds <= limit]
     locations = sorted(refs)
-    results = parallel_map(lambda loc: _vacuum_table(ns, loc, cutoff), locations)
+    plans = parallel_map(lambda loc: _plan_vacuum_table(ns, loc, cutoff), locations)
+    retirement = Retirement(
+        files=frozenset(p.location for p in plans if p.candidates),
+        tables=frozenset(o.location for o in doomed),
+    )
+    if retirement:
+        announce(store, retirement, "vacuum")
+        refs = _all_pins(store)
+    removed = []
+    for orphan in doomed:
+        if orphan.location in refs:  # registered meanwhile, by a commit before the announcement
+            kept.append(orphan.location)
+            continue
+        storage.delete_tree(storage.join(ns.uri, orphan.location), ns.storage_options)
+        removed.append(orphan)
+    results = parallel_map(lambda p: _finish_vacuum_table(ns, p), plans)
     return VacuumResult(
         orphans_removed=tuple(o.location for o in removed),
         orphans_kept=tuple(kept),

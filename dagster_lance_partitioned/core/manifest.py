@@ -24,19 +24,18 @@ import lance
 import lance.commit
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 from lance import LanceOperation
 from lance.dataset import Transaction
 from lance.fragment import write_fragments
 
-from . import storage
+from . import retire, storage
 from .errors import (
     CommitConflictError,
     ManifestError,
     NamespaceExistsError,
     NamespaceNotFoundError,
+    PartitionedNamespaceError,
     StorageError,
-    VersionGoneError,
     clean_message,
     is_storage_failure,
     storage_error,
@@ -172,26 +171,81 @@ class ManifestSnapshot:
         self._tables: list[TableEntry] | None = None
         self._ns_index: dict[tuple[int, tuple[Any, ...]], str] | None = None
         self._sentinel: str | None = None
+        self._verified = False
 
     @property
     def table(self) -> pa.Table:
-        """Every row of this manifest version (read on first use)."""
+        """Every row of this manifest version (read on first use; refused when an object id
+        occurs twice, see :meth:`check_unique`)."""
         if self._table is None:
             with self.reading():
-                self._table = self.dataset.to_table()
+                rows = self.dataset.to_table()
+            self._table = self.check_unique(rows)
+            self._verified = True
         return self._table
+
+    @property
+    def root(self) -> str:
+        """The namespace root this manifest belongs to."""
+        return str(self.dataset.uri).rstrip("/").removesuffix(MANIFEST_DIR).rstrip("/")
+
+    def check_unique(self, rows: pa.Table) -> pa.Table:
+        """``rows`` (read from this manifest version) when no object id occurs in them twice;
+        else :class:`ManifestError` naming the ids (a row duplicated, or two rows sharing an
+        id, written around this package). One vectorised pass over ``object_id``."""
+        if "object_id" not in rows.column_names:
+            return rows
+        repeated = duplicate_ids(rows.column("object_id"))
+        if repeated:
+            listed = ", ".join(f"{oid!r} ({n} rows)" for oid, n in repeated[:5])
+            more = f" and {len(repeated) - 5} more" if len(repeated) > 5 else ""
+            raise ManifestError(
+                f"{self.root}: __manifest version {self.version} lists object id(s) more than "
+                f"once: {listed}{more}. Each object must have one row; the manifest was changed "
+                "outside this package. Nothing was read or written; restore an earlier manifest "
+                "version or remove the extra rows"
+            )
+        return rows
+
+    def verify(self) -> ManifestSnapshot:
+        """This snapshot, after checking that no object id of its version occurs twice (see
+        :meth:`check_unique`): a small manifest is read whole (and kept for later lookups), a
+        large one only its ``object_id`` column. Checked once per snapshot."""
+        if not self._verified:
+            if self._table is not None or self.is_small():
+                _ = self.table  # checked as it is read
+            else:
+                with self.reading():
+                    ids = self.dataset.to_table(columns=["object_id"])
+                self.check_unique(ids)
+            self._verified = True
+        return self
 
     @contextlib.contextmanager
     def reading(self, what: str = "reading __manifest") -> Iterator[None]:
         """Raw Lance / Arrow failures inside become :class:`StorageError` naming the manifest
-        version and the file."""
+        version and the file (and, when the version is no longer the latest, that a cleanup
+        may have removed its files)."""
         try:
             yield
         except Exception as e:
             if is_storage_failure(e):
-                root = self.dataset.uri.rstrip("/").removesuffix(MANIFEST_DIR).rstrip("/")
-                raise storage_error(e, root, f"{what} version {self.version}") from None
+                at = f"{what} version {self.version}{self._stale_hint()}"
+                raise storage_error(e, self.root, at) from None
             raise
+
+    def _stale_hint(self) -> str:
+        """Why reading this version may fail: a newer one exists (best effort, error path)."""
+        try:
+            latest = int(self.dataset.latest_version)
+        except Exception:
+            return ""
+        if latest <= self.version:
+            return ""
+        return (
+            f" (the latest is version {latest}; a cleanup may have removed files of this one: "
+            "refresh to read the latest)"
+        )
 
     def row_count(self) -> int:
         """How many rows this manifest version has (without reading them)."""
@@ -305,9 +359,10 @@ class ManifestSnapshot:
             rows = self._table.filter(where)
             return rows if columns is None else rows.select(columns)
         with self.reading("querying __manifest"):
-            return self.dataset.to_table(
+            rows = self.dataset.to_table(
                 columns=columns, filter=where, with_row_address=with_address
             )
+        return self.check_unique(rows)
 
     def rows_by_id(self, object_ids: Iterable[str], with_address: bool = False) -> pa.Table:
         """Every column of the rows with ``object_ids``."""
@@ -373,6 +428,23 @@ class ManifestSnapshot:
         """Whether reading every row is cheaper than querying it (see
         :data:`SMALL_MANIFEST_ROWS`)."""
         return self.row_count() <= SMALL_MANIFEST_ROWS
+
+
+def duplicate_ids(ids: pa.Array | pa.ChunkedArray) -> list[tuple[str, int]]:
+    """(object id, rows) of every id occurring more than once in ``ids``, sorted (empty, at the
+    cost of one hash pass, when all are distinct)."""
+    if len(ids) < 2 or len(pc.unique(ids)) == len(ids):
+        return []
+    counts = pc.value_counts(ids)
+    repeated = counts.filter(pc.greater(counts.field("counts"), 1))
+    return sorted(
+        zip(
+            repeated.field("values").to_pylist(),
+            repeated.field("counts").to_pylist(),
+            strict=True,
+        ),
+        key=lambda r: (r[0] is None, r[0] or ""),
+    )
 
 
 _HELD = threading.local()  # manifest paths whose commit turn this thread holds
@@ -513,35 +585,6 @@ class ManifestStore:
 
         ensure_conditional_put(self.root, self.storage_options)
 
-    def verify_versions(self, snap: ManifestSnapshot, edit: ManifestEdit) -> None:
-        """Raise :class:`VersionGoneError` when a table version ``edit`` registers is no longer
-        on storage (a cleanup or vacuum removed it after the table commit), so that no
-        manifest commit ever points at a missing version."""
-        registered = [
-            (oid, cols)
-            for oid, cols in edit.upserts.items()
-            if oid not in edit.deletes and cols.get("read_version") is not None
-        ]
-        unknown = [oid for oid, cols in registered if cols.get("location") is None]
-        locations: dict[str, str] = {}
-        if unknown:
-            rows = snap.rows_by_id(unknown).select(["object_id", "location"]).to_pylist()
-            locations = {r["object_id"]: r["location"] for r in rows}
-        pins: list[tuple[str, str, int]] = []
-        for oid, cols in registered:
-            location = cols.get("location") or locations.get(oid)
-            if location is not None:
-                pins.append((oid, location, int(cols["read_version"])))
-        gone = missing_versions(self.root, pins, self.storage_options)
-        if gone:
-            listed = ", ".join(f"{oid} ({loc}) version {v}" for oid, loc, v in gone[:5])
-            more = f" and {len(gone) - 5} more" if len(gone) > 5 else ""
-            raise VersionGoneError(
-                f"{self.root}: table version(s) this commit would register are gone from "
-                f"storage: {listed}{more}. A cleanup or vacuum with a grace period shorter than "
-                "the write removed them; nothing of the write is visible, retry it"
-            )
-
     def _newest_version_file(self) -> str | None:
         """The name of the newest version file under ``_versions`` (best effort)."""
         try:
@@ -608,20 +651,22 @@ class ManifestStore:
         attempts = 0
         while True:
             attempts += 1
+            snap: ManifestSnapshot | None = None
             try:
                 with self._turn():
                     snap = load(self.dataset())
                     edit = plan(snap)
                     if edit is None:
                         return snap
-                    self.verify_versions(snap, edit)
+                    retire.check(self, snap, edit.uses)
                     props = {COMMIT_PROPERTY_PREFIX + k: v for k, v in edit.properties.items()}
                     tx = build_transaction(snap, edit, self.uri, self.storage_options, props)
                     ds = lance.LanceDataset.commit(
                         self.uri, tx, storage_options=self.storage_options, max_retries=0
                     )
-            except (lance.commit.CommitConflictError, OSError) as e:
-                if not _is_conflict(e):
+            except Exception as e:
+                lost_race = isinstance(e, (lance.commit.CommitConflictError, OSError))
+                if not ((lost_race and _is_conflict(e)) or self._moved_on(snap, e)):
                     raise
                 if time.monotonic() + delay > deadline:
                     raise CommitConflictError(
@@ -634,6 +679,16 @@ class ManifestStore:
             committed = load(ds)
             upkeep(ds)
             return committed
+
+    def _moved_on(self, snap: ManifestSnapshot | None, error: Exception) -> bool:
+        """Whether ``error``, raised while planning on ``snap``, is a read of files a cleanup
+        removed after a later manifest version superseded ``snap`` (then plan again)."""
+        if snap is None or not (isinstance(error, StorageError) or is_storage_failure(error)):
+            return False
+        try:
+            return bool(self.dataset().version != snap.version)
+        except PartitionedNamespaceError:
+            return False
 
     def commit_properties(
         self, version: int, via: lance.LanceDataset | None = None
@@ -669,63 +724,6 @@ def delete_empty_namespaces(snap: ManifestSnapshot, edit: ManifestEdit) -> None:
 
 
 _U64_MAX = (1 << 64) - 1
-
-
-def version_file_names(version: int) -> list[str]:
-    """The names a Lance version manifest of ``version`` can have under ``_versions/``."""
-    if version >= 1 << 63:
-        return [f"d{version}.manifest"]  # detached
-    return [f"{_U64_MAX - version:020d}.manifest", f"{version}.manifest"]  # V2 / V1 paths
-
-
-def missing_versions(
-    root: str,
-    pins: list[tuple[str, str, int]],
-    storage_options: dict[str, str] | None = None,
-) -> list[tuple[str, str, int]]:
-    """The (object id, location, version) of ``pins`` whose version manifest is gone."""
-    if not pins:
-        return []
-    fs, root_path = storage.filesystem(root, storage_options)
-    paths, owners = [], []
-    for pin in pins:
-        base = f"{root_path}/{storage.check_location(pin[1], pin[0])}"
-        for name in version_file_names(pin[2]):
-            paths.append(f"{base}/_versions/{name}")
-            owners.append(pin)
-    found = {
-        owner
-        for owner, info in zip(owners, fs.get_file_info(paths), strict=True)
-        if info.type == pafs.FileType.File
-    }
-    gone = []
-    for oid, location, version in (p for p in pins if p not in found):
-        try:  # a layout this check does not know: ask Lance
-            lance.dataset(
-                storage.table_uri(root, location, oid),
-                version=version,
-                storage_options=storage_options,
-            )
-        except (OSError, ValueError):
-            gone.append((oid, location, version))
-    return gone
-
-
-def missing_files(
-    root: str,
-    tables: list[tuple[str, str, list[str]]],
-    storage_options: dict[str, str] | None = None,
-) -> list[tuple[str, str]]:
-    """(object id, path) of the files that are gone, of ``tables`` given as (object id,
-    location, paths relative to the table directory)."""
-    wanted = [
-        (oid, f"{storage.check_location(loc, oid)}/{p}") for oid, loc, ps in tables for p in ps
-    ]
-    if not wanted:
-        return []
-    fs, root_path = storage.filesystem(root, storage_options)
-    infos = fs.get_file_info([f"{root_path}/{path}" for _, path in wanted])
-    return [w for w, info in zip(wanted, infos, strict=True) if info.type != pafs.FileType.File]
 
 
 def being_created(ds: lance.LanceDataset) -> bool:

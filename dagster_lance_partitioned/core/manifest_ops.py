@@ -19,6 +19,7 @@ from lance.dataset import Transaction
 from lance.fragment import write_fragments
 
 from .errors import ManifestError
+from .retire import Use
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class ManifestEdit:
     properties: dict[str, str] = field(default_factory=dict)
     # table-metadata keys to set (schema, specs, flags); a commit changes rows or metadata
     metadata: dict[str, str] = field(default_factory=dict)
+    # the table versions the edit registers that were made before its planning (see retire)
+    uses: list[Use] = field(default_factory=list)
     # whether the edit can be applied to the changed rows alone (False: apply() needs every row)
     row_level = True
 

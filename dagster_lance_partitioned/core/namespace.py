@@ -31,6 +31,7 @@ from .manifest import (
     partition_field_columns,
 )
 from .manifest_ops import ManifestEdit
+from .ns_schema import check_columns
 from .ns_schema import snapshot_schema as snapshot_schema  # re-exported
 from .operations import Inspect, Maintenance
 from .partitioner import SpecEvaluator
@@ -117,6 +118,7 @@ class PartitionedNamespace:
         root = store.root
         if store.exists_on_storage():
             raise NamespaceExistsError(f"{root}: a __manifest table already exists here")
+        check_columns(schema, "create")  # names Lance reads back, no dictionary types
         ns_schema, _ = arrow_json.assign_field_ids(arrow_json.normalize_schema(schema), 0)
         spec = PartitionSpec(1, resolve_fields(partition_fields, ns_schema))
         SpecEvaluator(spec, ns_schema)  # compiles every expression and checks result types
@@ -155,7 +157,7 @@ class PartitionedNamespace:
             )
         store = ManifestStore(root, storage_options)
         ds = store.dataset(version) if version is not None else store.open_latest()
-        snap = load_snapshot(ds)
+        snap = load_snapshot(ds).verify()  # a manifest listing an object id twice is refused
         return cls(root, storage_options, snap, pinned=version is not None)
 
     # -- state --------------------------------------------------------------------------------

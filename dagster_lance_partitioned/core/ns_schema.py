@@ -1,10 +1,11 @@
 """The namespace schema as ``__manifest`` metadata records it: reading it (with field ids),
-dropped (deprecated) fields, and the type widenings schema evolution allows."""
+dropped (deprecated) fields, the names and types a schema may declare, and the type widenings
+schema evolution allows."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import pyarrow as pa
@@ -52,6 +53,86 @@ def full_schema(metadata: dict[str, str]) -> pa.Schema:
     if raw is None:
         raise SchemaError("__manifest metadata has no 'schema'")
     return arrow_json.schema_from_json(raw)
+
+
+# --------------------------------------------------------------------------------------------
+# What a namespace schema may declare
+
+RESERVED_NAMES = frozenset(
+    {"_rowid", "_rowaddr", "_rowoffset", "_row_created_at_version", "_row_last_updated_at_version"}
+)
+"""Column names Lance keeps for the row-id / row-address columns it adds to scans itself (its
+writer refuses a column of that name; case-sensitive)."""
+
+
+def check_columns(fields: Iterable[pa.Field], verb: str) -> None:
+    """Raise :class:`SchemaError` naming the first field (at any depth) that a namespace cannot
+    declare: a name Lance cannot write or read back (see :func:`check_column_name`) or a
+    dictionary type. ``verb``: what was asked (``create``, ``add``), for the message."""
+    for f in fields:
+        check_column_name(f.name, verb)
+        check_type(f.type, f.name, verb)
+
+
+def check_column_name(name: object, verb: str, parent: str | None = None) -> None:
+    """Raise :class:`SchemaError` unless ``name`` is a name Lance writes and reads back as a
+    top-level column (``parent`` None) or as a field of the nested field ``parent``.
+
+    Refused at any depth: the empty name and names holding NUL (Lance reads no column back
+    under them, or cuts the name at NUL), a ``.`` (Lance's separator of nested field paths: its
+    writer refuses such a top-level column) or a backtick (Lance's quote of field names: it
+    reads no such column back). Refused as top-level names: ``*`` (a projection of it reads
+    every column) and :data:`RESERVED_NAMES`. Any other text is a valid name (spaces, quotes,
+    SQL keywords and operators, unicode, ...): filters quote it (see ``filters.quote_ident``)."""
+    if parent is None:
+        what = f"cannot {verb} column {name!r}"
+    else:
+        what = f"cannot {verb} nested field {name!r} in {parent!r}"
+    if not isinstance(name, str):
+        raise SchemaError(f"{what}: a field name must be a string")
+    reason = None
+    if not name:
+        reason = "the empty name cannot be read back from Lance"
+    elif "\x00" in name:
+        reason = "a name cannot hold a NUL character (Lance cuts the name at it)"
+    elif "." in name:
+        reason = (
+            "a name cannot contain '.' (Lance reads a dotted name as the path of a nested "
+            "field: its writer refuses such a column)"
+        )
+    elif "`" in name:
+        reason = (
+            "a name cannot contain a backtick (Lance's quote character of field names: it "
+            "reads no such column back)"
+        )
+    elif parent is None and name == "*":
+        reason = "'*' is the wildcard of Lance projections (a read of it reads every column)"
+    elif parent is None and name in RESERVED_NAMES:
+        reason = f"{name!r} is reserved by Lance for a row-id / row-address column it adds itself"
+    if reason is not None:
+        raise SchemaError(f"{what}: {reason}")
+
+
+def check_type(t: pa.DataType, path: str, verb: str) -> None:
+    """Raise :class:`SchemaError` for a dictionary type, or a nested field name Lance cannot
+    write or read back, in ``t`` (the type of the field ``path``)."""
+    if pa.types.is_dictionary(t):
+        raise SchemaError(
+            f"cannot {verb} column {path!r}: dictionary type {t} is not supported (the "
+            "namespace schema, Lance Namespace JSON, has no dictionary type: it would be read "
+            f"back as {t.value_type}); declare {t.value_type} instead: dictionary-encoded data "
+            "is still written into it"
+        )
+    if pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            child = t.field(i)
+            check_column_name(child.name, verb, parent=path)
+            check_type(child.type, f"{path}.{child.name}", verb)
+    elif pa.types.is_map(t):
+        check_type(t.key_type, f"{path}.key", verb)
+        check_type(t.item_type, f"{path}.value", verb)
+    elif arrow_json.is_list_like(t):
+        check_type(t.value_type, f"{path}[]", verb)
 
 
 # --------------------------------------------------------------------------------------------

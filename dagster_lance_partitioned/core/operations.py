@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import health, maintenance
 from .boundary import storage_boundary
+from .errors import is_storage_failure, storage_error
 from .filters import FilterLike
 from .health import IntegrityIssue, Orphan, SchemaIssue, UncommittedVersion, VersionIssue
 from .maintenance import CleanupResult, CompactResult, DropResult, VacuumResult
@@ -18,6 +19,8 @@ from .state import NamespaceState
 
 if TYPE_CHECKING:
     from .history import Commit
+
+T = TypeVar("T")
 
 
 class Maintenance:
@@ -95,11 +98,13 @@ class Inspect:
             )
         return out
 
+    @storage_boundary("checking partition schemas")
     def check_schemas(self) -> list[SchemaIssue]:
         """Registered tables whose schema does not fit the namespace schema (see
         :func:`.health.check_schemas`)."""
         return health.check_schemas(self.state)
 
+    @storage_boundary("checking read versions")
     def check_read_versions(
         self, history: int | None = 50
     ) -> tuple[list[VersionIssue], list[UncommittedVersion]]:
@@ -107,11 +112,13 @@ class Inspect:
         version references (see :func:`.health.check_read_versions`)."""
         return health.check_read_versions(self.state, history)
 
+    @storage_boundary("finding orphans")
     def find_orphans(self, history: int | None = None) -> list[Orphan]:
         """Table directories no manifest version of ``history`` registers (see
         :func:`.health.find_orphans`)."""
         return health.find_orphans(self.state, history)
 
+    @storage_boundary("checking integrity")
     def check_integrity(self, sample: int | None = None, seed: int = 0) -> list[IntegrityIssue]:
         """Rows whose partition values differ from their table's registered values (see
         :func:`.health.check_integrity`)."""
@@ -122,4 +129,19 @@ class Inspect:
         oldest first (see :func:`.history.commits`)."""
         from .history import commits  # history reads versions through the facade
 
-        return commits(self.uri, since, until, self.state.storage_options)
+        return _guarded(
+            commits(self.uri, since, until, self.state.storage_options),
+            self.uri,
+            "reading the commit history",
+        )
+
+
+def _guarded(items: Iterator[T], uri: str, what: str) -> Iterator[T]:
+    """``items`` (a lazy iterator, which a decorator cannot guard) with raw Lance / Arrow
+    failures during iteration as :class:`~.errors.StorageError` (see :func:`storage_boundary`)."""
+    try:
+        yield from items
+    except Exception as e:
+        if not is_storage_failure(e):
+            raise
+        raise storage_error(e, uri, what) from None

@@ -398,4 +398,4 @@ def scan_manifest(snapshot: ManifestSnapshot, where: str) -> list[TableEntry]:
         rows = snapshot.dataset.to_table(
             columns=[c for c in dict.fromkeys(columns) if c in present], filter=where
         )
-    return snapshot.entries(rows)
+    return snapshot.entries(snapshot.check_unique(rows))

@@ -88,9 +88,10 @@ class NamespaceState:
         return self._schema[1]
 
     def refresh(self) -> NamespaceState:
-        """Move to the latest manifest version (no-op when pinned)."""
+        """Move to the latest manifest version (no-op when pinned); refused, staying on the
+        version read, when it lists an object id twice (see :meth:`ManifestSnapshot.verify`)."""
         if not self.pinned:
-            self.snapshot = load_snapshot(self.store.open_latest())
+            self.snapshot = load_snapshot(self.store.open_latest()).verify()
         return self
 
     def plan_scan(self, filter: FilterLike = None) -> ScanPlan:

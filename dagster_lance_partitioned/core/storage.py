@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -73,9 +75,64 @@ def check_location(location: object, object_id: str | None = None, what: str = "
 
 
 def table_uri(root: str, location: str, object_id: str | None = None) -> str:
-    """The URI of the partition table at manifest ``location`` (strictly inside ``root``)."""
+    """The URI of the partition table at manifest ``location`` (strictly inside ``root``; on a
+    local root, with no symbolic link on the way, see :func:`check_no_links`)."""
     check_location(location, object_id)
+    check_no_links(root, location, object_id)
     return join(root, location)
+
+
+def check_no_links(root: str, location: str, object_id: str | None = None) -> None:
+    """On a local root (a path or ``file://``): refuse with :class:`PathEscapeError` a table
+    directory ``location`` that is, or is reached through, a symbolic link, or that directly
+    holds one (its ``data``, ``_versions``, ``_deletions``, ``_indices``, ... as links).
+
+    Locations are checked as text by :func:`check_location`; a link would still lead the
+    table's reads, writes and deletions wherever it points. Links below the root are refused
+    wherever they point, inside the root too: a table directory is a real directory below the
+    root, never an alias of another place (whose versions cleanup would judge by the wrong
+    manifest rows). Links above the root (the root itself reached through one) are not looked
+    at. Cheap: one ``lstat`` per location segment and one listing of the table directory;
+    nothing there yet (a table about to be created) passes. Links deeper inside a table are
+    met by the listings maintenance walks (:func:`list_tree`). Object stores have no links:
+    nothing is checked."""
+    base = local_path(root)
+    if base is None:
+        return
+    path = base
+    for part in location.split("/"):
+        path = os.path.join(path, part)
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            return  # not there (yet): nothing below can be a link
+        if stat.S_ISLNK(mode):
+            raise link_error(root, location, object_id, path)
+    try:
+        with os.scandir(path) as entries:
+            linked = sorted(e.name for e in entries if e.is_symlink())
+    except OSError:
+        return  # not a directory: opening it as a table fails on its own
+    if linked:
+        raise link_error(root, location, object_id, os.path.join(path, linked[0]))
+
+
+def link_error(root: str, location: str, object_id: str | None, link: str) -> PathEscapeError:
+    """The :class:`PathEscapeError` for the table at ``location`` whose path meets the symbolic
+    link ``link`` (a local path), saying where it leads."""
+    base = local_path(root) or root
+    target = os.path.realpath(link)
+    real_root = os.path.realpath(base)
+    inside = target == real_root or target.startswith(real_root.rstrip(os.sep) + os.sep)
+    where = "inside the namespace root" if inside else "outside the namespace root"
+    owner = f"{object_id}: " if object_id else ""
+    return PathEscapeError(
+        f"{owner}location {location!r}: {link} is a symbolic link to {target} ({where}); "
+        "partition tables must be real directories below the root, refusing to read, write "
+        "or delete through it",
+        object_id,
+        location,
+    )
 
 
 def check_table_refs(object_id: str, location: object, branch: str | None, tag: str | None) -> None:
@@ -180,7 +237,51 @@ def filesystem(
 
 
 def list_files(uri: str, storage_options: dict[str, str] | None = None) -> list[FileEntry]:
-    """Every file under the directory ``uri`` (recursively); empty when it does not exist."""
+    """Every file under the directory ``uri`` (recursively); empty when it does not exist. On
+    local paths symbolic links are neither listed nor followed (see :func:`list_tree`)."""
+    return list_tree(uri, storage_options)[0]
+
+
+def list_tree(
+    uri: str, storage_options: dict[str, str] | None = None
+) -> tuple[list[FileEntry], list[str]]:
+    """Every file under the directory ``uri`` (recursively; empty when it does not exist), and
+    the symbolic links met on the way, relative to ``uri`` (``.``: ``uri`` itself is one).
+
+    On local paths a link -- to a file or a directory, wherever it points -- is neither listed
+    as a file nor descended into, so nothing a listing hands to a deletion lies behind a link.
+    Object stores have no links (always none)."""
+    base = local_path(uri)
+    if base is None:
+        return _list_remote(uri, storage_options), []
+    if os.path.islink(base):
+        return [], ["."]
+    files: list[FileEntry] = []
+    links: list[str] = []
+    pending = [(base, "")]
+    while pending:
+        here, prefix = pending.pop()
+        try:
+            with os.scandir(here) as entries:
+                found = list(entries)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # gone meanwhile (or never there)
+        for entry in found:
+            rel = prefix + entry.name
+            try:
+                if entry.is_symlink():
+                    links.append(rel)
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, rel + "/"))
+                elif entry.is_file(follow_symlinks=False):
+                    info = entry.stat(follow_symlinks=False)
+                    files.append(FileEntry(rel, int(info.st_size), float(info.st_mtime)))
+            except FileNotFoundError:
+                continue
+    return sorted(files, key=lambda f: f.path), sorted(links)
+
+
+def _list_remote(uri: str, storage_options: dict[str, str] | None) -> list[FileEntry]:
     fs, base = filesystem(uri, storage_options)
     selector = pafs.FileSelector(base, allow_not_found=True, recursive=True)
     out = []
@@ -196,7 +297,13 @@ def list_files(uri: str, storage_options: dict[str, str] | None = None) -> list[
 
 def mtime(uri: str, storage_options: dict[str, str] | None = None) -> float | None:
     """The modification time of the file or directory ``uri`` (None: unknown, e.g. object-store
-    prefixes, which have none)."""
+    prefixes, which have none; a local symbolic link's own, not its target's)."""
+    local = local_path(uri)
+    if local is not None:
+        try:
+            return float(os.lstat(local).st_mtime)
+        except OSError:
+            return None
     fs, path = filesystem(uri, storage_options)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound or info.mtime is None:
@@ -205,7 +312,15 @@ def mtime(uri: str, storage_options: dict[str, str] | None = None) -> float | No
 
 
 def list_dirs(uri: str, storage_options: dict[str, str] | None = None) -> list[str]:
-    """Names of the immediate subdirectories of ``uri`` (empty when it does not exist)."""
+    """Names of the immediate subdirectories of ``uri`` (empty when it does not exist); on
+    local paths symbolic links are not listed, even to directories."""
+    local = local_path(uri)
+    if local is not None:
+        try:
+            with os.scandir(local) as entries:
+                return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
     fs, base = filesystem(uri, storage_options)
     selector = pafs.FileSelector(base, allow_not_found=True, recursive=False)
     return sorted(
@@ -218,7 +333,14 @@ def list_dirs(uri: str, storage_options: dict[str, str] | None = None) -> list[s
 def delete_files(
     uri: str, paths: Iterable[str], storage_options: dict[str, str] | None = None
 ) -> int:
-    """Delete ``paths`` (relative to the directory ``uri``); returns how many existed."""
+    """Delete ``paths`` (relative to the directory ``uri``); returns how many existed.
+
+    On local paths no link is followed: a path that is a symbolic link removes the link (never
+    its target), and a path whose directories below ``uri`` (or ``uri`` itself) pass through a
+    link raises :class:`PathEscapeError` before anything is deleted through it."""
+    local = local_path(uri)
+    if local is not None:
+        return _delete_local_files(local, paths)
     fs, base = filesystem(uri, storage_options)
     removed = 0
     for rel in paths:
@@ -230,8 +352,56 @@ def delete_files(
     return removed
 
 
+def _delete_local_files(base: str, paths: Iterable[str]) -> int:
+    clean: set[str] = set()  # directories below base known to be no links
+
+    def check(rel: str, upto: str) -> None:
+        if upto in clean:
+            return
+        parent, _, _ = upto.rpartition("/")
+        if parent:
+            check(rel, parent)
+        if os.path.islink(os.path.join(base, upto)):
+            raise PathEscapeError(
+                f"{base}: {upto!r} is a symbolic link; refusing to delete {rel!r} through it",
+                None,
+                rel,
+            )
+        clean.add(upto)
+
+    if os.path.islink(base):
+        raise PathEscapeError(
+            f"{base} is a symbolic link; refusing to delete files through it", None, base
+        )
+    removed = 0
+    for rel in paths:
+        problem = location_problem(rel)
+        if problem is not None:
+            raise PathEscapeError(f"{base}: refusing to delete {rel!r} ({problem})", None, rel)
+        parent = rel.rpartition("/")[0]
+        if parent:
+            check(rel, parent)
+        try:
+            os.unlink(os.path.join(base, rel))
+        except FileNotFoundError:
+            continue
+        removed += 1
+    return removed
+
+
 def delete_tree(uri: str, storage_options: dict[str, str] | None = None) -> None:
-    """Delete the directory ``uri`` and everything under it (no error when it is gone)."""
+    """Delete the directory ``uri`` and everything under it (no error when it is gone). On local
+    paths no link is followed: when ``uri`` is a symbolic link only the link goes, and links
+    below it are removed as links, their targets untouched."""
+    local = local_path(uri)
+    if local is not None:
+        if os.path.islink(local):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(local)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(local)
+        return
     fs, base = filesystem(uri, storage_options)
     with contextlib.suppress(FileNotFoundError):
         fs.delete_dir(base)

@@ -21,6 +21,7 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
+from ..core.arrow_json import normalize_schema, normalize_type
 from ..core.errors import (
     CommitConflictError,
     NamespaceNotFoundError,
@@ -211,9 +212,10 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             fields = self._fields(out.asset, value.schema, out.layout, out.metadata)
             value.check_rows(out)
             # of runs creating it at once one wins; the others get the winner's namespace,
-            # whose schema may lack some of this output's columns: evolve it like any other
+            # whose schema may lack some of this output's columns: evolve it like any other.
+            # Dictionary (categorical) columns are stored as their values.
             return PartitionedNamespace.create(
-                out.uri, value.schema, fields, self.storage_options, exist_ok=True
+                out.uri, normalize_schema(value.schema), fields, self.storage_options, exist_ok=True
             )
 
         ns = self._open_or_create(out.uri, create)
@@ -432,7 +434,11 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
     ) -> tuple[list[pa.Field], list[tuple[str, pa.DataType]]]:
         """Columns the output adds to the namespace schema, and types it widens."""
         current = ns.schema
-        added = [f.with_nullable(True) for f in schema if current.get_field_index(f.name) < 0]
+        added = [
+            f.with_nullable(True).with_type(normalize_type(f.type))  # dictionaries as values
+            for f in schema
+            if current.get_field_index(f.name) < 0
+        ]
         widened = [
             (f.name, f.type)
             for f in schema

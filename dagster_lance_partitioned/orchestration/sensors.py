@@ -16,13 +16,14 @@ import pyarrow as pa
 
 from ..core.arrow_json import field_id
 from ..core.history import Commit, commits
+from ..core.retire import RETIRE_OPERATION
 from .io_manager import LancePartitionedIOManager, column_schema
 from .maintenance import MAINTENANCE_SOURCE
 from .output import COMMIT_SOURCE
 from .watched import WatchedAsset, watched_assets
 
 # commits of these operations change how data is stored, not the data
-MAINTENANCE_OPERATIONS = frozenset({"compact"})
+MAINTENANCE_OPERATIONS = frozenset({"compact", RETIRE_OPERATION})
 # commits Dagster made itself: the IO manager's, and the maintenance job's retention deletes
 # (which that job reports as observations)
 OWN_SOURCES = frozenset({COMMIT_SOURCE, MAINTENANCE_SOURCE})
@@ -290,7 +291,7 @@ def _drift(ns: Any) -> _Drift:
             continue
         pin = pins[issue.object_id]
         table = lance.dataset(
-            storage.join(ns.uri, pin["location"]),
+            storage.table_uri(ns.uri, pin["location"], issue.object_id),
             version=pin["read_version"],
             storage_options=ns.storage_options,
         )

@@ -206,13 +206,7 @@ class MergeJob:
                 change.delete_keys.append(K.distinct(gone, on))
                 deleted = gone.num_rows
         applied = executor.apply(task, change, self.schema)
-        outcome = TableOutcome(
-            task.object_id,
-            task.read_version,
-            applied.version,
-            applied.rows,
-            changed=applied.changed,
-        )
+        outcome = TableOutcome.applied(task, applied)
         return outcome, Counts(applied.inserted, applied.updated, deleted, moved)
 
 

@@ -30,6 +30,7 @@ from pyspark.sql.types import (
     TimeType,
 )
 
+from ..core.arrow_json import is_list_like
 from ..core.errors import SchemaError
 
 # Spark has no unsigned integers: each is read as the next wider signed type (uint64 as an
@@ -85,13 +86,7 @@ def spark_type(t: pa.DataType, path: str = "") -> DataType:
                 for c in (t.field(i) for i in range(t.num_fields))
             ]
         )
-    if (
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-        or pa.types.is_list_view(t)
-        or pa.types.is_large_list_view(t)
-    ):
+    if is_list_like(t):
         item = t.value_field
         return ArrayType(spark_type(item.type, f"{path}[]"), item.nullable)
     if pa.types.is_map(t):

@@ -599,7 +599,8 @@ def test_compact_cleanup_vacuum(capsys, tmp_path):
     assert code == 0
     assert kv_lines(out)["orphans removed"] == "0"
     fresh = PartitionedNamespace.open(ns.uri)
-    assert fresh.version == second + 1
+    assert fresh.version == second + 3  # compact, then cleanup's announcement (two commits)
+    assert [c.operation for c in fresh.inspect.history()][-2:] == ["retire", "retire"]
     assert sorted(fresh.to_table().to_pylist(), key=lambda r: r["id"]) == rows
 
 
@@ -922,11 +923,14 @@ def test_history_after_cleanup(capsys, tmp_path):
     ns, _, second = make_ns(tmp_path / "ns")
     ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
     doc = run_json(capsys, "history", ns.uri)
-    (only,) = doc["versions"]
+    # the one version kept, then the two commits announcing what cleanup removed
+    *announced, only = doc["versions"]  # newest first
     assert only["version"] == second and only["operation"] == "write"
     assert only["changes"] is None  # what it changed is gone with the previous version
+    assert [a["operation"] for a in announced] == ["retire", "retire"]
+    assert all(a["changes"] == [] for a in announced)  # no partition changed
     _, out, _ = run(capsys, "history", ns.uri)
-    assert out.splitlines()[2].split()[3:] == ["write", "?", "-"]
+    assert out.splitlines()[4].split()[3:] == ["write", "?", "-"]
 
 
 # -- ls ----------------------------------------------------------------------------------------

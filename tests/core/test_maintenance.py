@@ -222,10 +222,13 @@ def test_cleanup_keeps_every_retained_version_readable(ns):
 
     result = ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=3)
     kept = manifest_versions(ns.uri)
-    assert kept == sorted(history)[-3:]
+    # the three newest, then the two commits announcing what the run removed (core/retire.py)
+    assert kept[:3] == sorted(history)[-3:]
+    assert kept[3:] == [latest + 1, latest + 2]
+    assert rows_at(ns.uri, latest + 2) == history[latest]
     assert result.manifest_versions_removed == n_manifest - 3
     assert result.manifest_versions_kept == 3
-    for v in kept:
+    for v in kept[:3]:
         assert rows_at(ns.uri, v) == history[v]  # time travel to every retained version
     for v in set(history) - set(kept):
         with pytest.raises(PartitionedNamespaceError):
@@ -233,13 +236,13 @@ def test_cleanup_keeps_every_retained_version_readable(ns):
     assert table_version_files(ns.uri) == n_tables - result.table_versions_removed
     assert result.table_versions_removed > 0 and result.files_removed > 0
     assert result.bytes_removed > 0
-    assert ns.version == latest  # cleanup commits nothing
+    assert ns.version == latest + 2  # cleanup commits only its announcement
     assert health.check_read_versions(ns, history=None) == ([], [])
     assert health.check_integrity(ns) == []
 
     # once only the latest is kept, every unpinned version goes
     ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
-    assert manifest_versions(ns.uri) == [latest]
+    assert manifest_versions(ns.uri)[0] == latest + 2  # and what this run announced
     assert rows_at(ns.uri) == history[latest]
     for p in ns.partitions():
         versions = os.listdir(os.path.join(ns.uri, p["location"], "_versions"))
@@ -338,8 +341,11 @@ def test_vacuum_removes_old_orphans_and_unreferenced_files_only(ns):
     assert result.files_removed == 1
     assert result.bytes_removed > 0
     after = fingerprint(ns.uri)
-    assert after["files"] == expected  # registered tables untouched, __manifest untouched
-    assert after["manifest_version"] == before["manifest_version"]
+    # registered tables untouched; __manifest only gained the announcement of the deletions
+    outside = lambda files: {p: d for p, d in files.items() if not p.startswith("__manifest")}  # noqa: E731
+    assert outside(after["files"]) == outside(expected)
+    assert after["manifest_version"] == before["manifest_version"] + 2
+    assert ns.refresh().inspect.history(since=before["manifest_version"] + 1)
     assert os.path.exists(os.path.join(uri, "data", fresh))
     assert rows_at(ns.uri) == rows
     assert [o.location for o in health.find_orphans(ns)] == [young_orphan]

@@ -5,28 +5,19 @@ outside the root is read, written or deleted through them."""
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 from pathlib import Path
 
 import lance
 import pytest
-from helpers.data import SCHEMA, fingerprint, sample_table
+from helpers.data import SCHEMA, file_hashes, fingerprint, sample_table
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core import storage
 from dagster_lance_partitioned.core.errors import PathEscapeError
 from dagster_lance_partitioned.core.manifest import ManifestEdit, ManifestSnapshot, ManifestStore
 
-
-def _tree(path: Path) -> dict[str, str]:
-    out = {}
-    for dirpath, _dirs, names in os.walk(path):
-        for name in names:
-            p = os.path.join(dirpath, name)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, path)] = hashlib.sha1(fh.read()).hexdigest()
-    return out
+_tree = file_hashes
 
 
 @pytest.fixture

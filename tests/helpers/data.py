@@ -40,16 +40,22 @@ def sorted_rows(table: pa.Table, key: str = "id") -> list[dict]:
     return sorted(table.to_pylist(), key=lambda r: (r[key] is None, r[key]))
 
 
-def fingerprint(root: str | Path) -> dict:
-    """Everything a reader could observe: manifest version, rows, metadata, and file tree."""
-    root = str(root)
-    m = lance.dataset(os.path.join(root, "__manifest"))
+def file_hashes(root: str | Path) -> dict[str, str]:
+    """Every file under ``root`` (links not followed) with a hash of its content."""
     files = {}
     for dirpath, _dirs, names in os.walk(root):
         for name in names:
             path = os.path.join(dirpath, name)
             with open(path, "rb") as fh:
                 files[os.path.relpath(path, root)] = hashlib.sha1(fh.read()).hexdigest()
+    return files
+
+
+def fingerprint(root: str | Path) -> dict:
+    """Everything a reader could observe: manifest version, rows, metadata, and file tree."""
+    root = str(root)
+    m = lance.dataset(os.path.join(root, "__manifest"))
+    files = file_hashes(root)
     return {
         "manifest_version": m.version,
         "manifest_rows": sorted(m.to_table().to_pylist(), key=lambda r: r["object_id"]),

@@ -6,12 +6,15 @@ the header is an S3-compatible store that does not. Against it, concurrent write
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import obstore
+import pyarrow as pa
 import pytest
 from helpers.s3 import (
     ROWS,
@@ -160,6 +163,35 @@ def test_probe_refuses_a_store_ignoring_if_none_match(
     assert requests_of(stripping) == before
 
 
+def test_a_remembered_refusal_names_the_namespace_being_written(
+    server: S3Server, stripping: StripProxy, bucket: str
+) -> None:
+    """The store is probed once per process; a later refusal, for another root on the same
+    store, names that root (the one being written), not the root first probed."""
+    opts = storage_options(stripping.endpoint)
+    first, second = f"s3://{bucket}/lake/first", f"s3://{bucket}/lake/second"
+    with pytest.raises(ConditionalPutUnsupportedError) as caught:
+        ensure_conditional_put(first, opts)
+    assert str(caught.value).startswith(f"{first}: the object store ignores put-if-absent")
+    before = requests_of(stripping)
+    with pytest.raises(ConditionalPutUnsupportedError) as caught:
+        ensure_conditional_put(second, opts)
+    assert requests_of(stripping) == before  # remembered, not probed again
+    message = str(caught.value)
+    assert message.startswith(f"{second}: the object store ignores put-if-absent"), message
+    assert first not in message, message
+    assert "If-None-Match" in message and "Nothing was written." in message
+
+    # through the public API: two namespaces on the unsafe store, in one process
+    with pytest.raises(ConditionalPutUnsupportedError) as caught:
+        PartitionedNamespace.create(
+            f"s3://{bucket}/third", race_schema(), [PartitionField.identity("country")], opts
+        )
+    assert str(caught.value).startswith(f"s3://{bucket}/third: "), str(caught.value)
+    assert first not in str(caught.value)
+    assert server.keys(bucket) == []
+
+
 def test_unsafe_env_skips_the_probe_and_warns_once(
     stripping: StripProxy, bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -243,6 +275,41 @@ def test_write_through_the_proxy_is_refused_and_changes_nothing(
     assert server.keys(bucket) == keys
     direct = PartitionedNamespace.open(uri, storage_options(server.endpoint))
     assert direct.version == ns.version and direct.count_rows() == 0
+
+
+MAINTENANCE: dict[str, Callable[[PartitionedNamespace], Any]] = {
+    "compact": lambda ns: ns.compact(),
+    "cleanup": lambda ns: ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1),
+    "vacuum": lambda ns: ns.vacuum(grace=dt.timedelta(0)),
+    "drop_partitions": lambda ns: ns.drop_partitions("country = 'US'"),
+    "delete": lambda ns: ns.delete("id = 1"),
+    "update": lambda ns: ns.update("id = 1", {"value": "value + 1"}),
+    "merge_insert": lambda ns: ns.merge_insert(
+        pa.Table.from_pylist([{"id": 1, "country": "US", "value": 5.0}], race_schema()), on="id"
+    ),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(MAINTENANCE))
+def test_maintenance_through_the_proxy_is_refused_before_touching_anything(
+    server: S3Server, stripping: StripProxy, bucket: str, operation: str
+) -> None:
+    """Each would have work to do (tables of three fragments to compact, old versions to clean
+    up, a stray file to vacuum, rows to change), and is refused before writing or deleting any
+    object: compact must not build its detached table versions first."""
+    uri = f"s3://{bucket}/ns"
+    create_race_namespace(uri, storage_options(server.endpoint))
+    direct = PartitionedNamespace.open(uri, storage_options(server.endpoint))
+    for i in range(3):
+        rows = [{"id": i * 10 + j, "country": c, "value": 1.0} for j, c in enumerate(["US", "FR"])]
+        direct.write(pa.Table.from_pylist(rows, race_schema()))
+    table = next(p["location"] for p in direct.partitions())
+    server.client().put_object(Bucket=bucket, Key=f"ns/{table}/data/stray.lance", Body=b"x")
+    keys = server.keys(bucket)
+    ns = PartitionedNamespace.open(uri, storage_options(stripping.endpoint))
+    with pytest.raises(ConditionalPutUnsupportedError, match=f"^s3://{bucket}/ns: "):
+        MAINTENANCE[operation](ns)
+    assert server.keys(bucket) == keys
 
 
 def test_concurrent_writers_lose_rows_on_a_store_ignoring_if_none_match(

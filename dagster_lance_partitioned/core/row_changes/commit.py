@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from .. import retire
 from ..conform import conform_for_write, table_write_schema
 from ..errors import CommitConflictError, StaleChangeError
 from ..health import parallel_map
@@ -29,17 +30,19 @@ from ..manifest import (
     SEP,
     TABLE_NAME,
     ManifestSnapshot,
+    ManifestStore,
     delete_empty_namespaces,
     partition_field_columns,
     random_name,
     table_location,
 )
 from ..manifest_ops import ManifestEdit
+from ..planning import ScanTask
 from ..spec import PartitionSpec
 from ..state import NamespaceState, load_snapshot
 from ..write import WRITER_ID
 from . import keys as K
-from .change import RowChangeResult
+from .change import Applied, RowChangeResult
 from .executor import TableExecutor
 from .plan import ChangePlan, Key
 
@@ -54,10 +57,10 @@ NameOf = Callable[[Key], str]  # the name of a new partition namespace at a key 
 class TableOutcome:
     """One partition table's part of a row-level change.
 
-    For a registered table: ``object_id``, the ``base_version`` the change was made on, the new
-    ``version`` and the ``rows`` it holds (0: deregister it); ``changed`` False leaves its pin
-    alone. For a new partition of the current spec: ``key``, the ``location`` its table was
-    created at, its ``version`` and ``rows``."""
+    For a registered table: ``object_id``, its ``location``, the ``base_version`` the change
+    was made on, the new ``version`` and the ``rows`` it holds (0: deregister it); ``changed``
+    False leaves its pin alone. For a new partition of the current spec: ``key``, the
+    ``location`` its table was created at, its ``version`` and ``rows``."""
 
     object_id: str | None
     base_version: int | None
@@ -66,6 +69,25 @@ class TableOutcome:
     key: Key | None = None
     location: str | None = None
     changed: bool = True
+
+    @classmethod
+    def applied(cls, task: ScanTask, done: Applied) -> TableOutcome:
+        """The outcome of a change ``done`` to ``task``'s table."""
+        return cls(
+            task.object_id,
+            task.read_version,
+            done.version,
+            done.rows,
+            location=task.location,
+            changed=done.changed,
+        )
+
+    def use(self, made_at: int) -> retire.Use | None:
+        """What registering this outcome depends on (see :mod:`..retire`), for a version made
+        on a manifest of retirement epoch ``made_at``; None: nothing to register."""
+        if self.location is None or not self.changed or self.rows == 0:
+            return None
+        return retire.Use(self.location, self.version, self.base_version, made_at)
 
 
 @dataclass
@@ -85,6 +107,19 @@ class _Round:
     names: dict[Key, str] = field(default_factory=dict)  # new partition namespace names
     locations: dict[Key, str] = field(default_factory=dict)  # new table locations
     result: RowChangeResult | None = None
+    epoch: int | None = None  # retirement epoch up to which the versions made are checked
+
+    def forget_retired(
+        self, store: ManifestStore, snap: ManifestSnapshot, executor: TableExecutor
+    ) -> None:
+        """Drop the versions and new tables made before a retirement (announced since the
+        last round, up to ``snap``) named their tables: they are made again."""
+        if self.epoch is None or self.epoch == retire.epoch(snap):
+            return
+        made = executor.made(self.epoch)
+        gone = {use.location for use in retire.conflicting(snap, made)}
+        executor.forget(gone)
+        self.locations = {k: loc for k, loc in self.locations.items() if loc not in gone}
 
     def name_of(self, prefix: Key) -> str:
         return self.names.setdefault(prefix, random_name())
@@ -118,11 +153,13 @@ def run(
     hook = _OnceHook(before_commit)
 
     def plan(snap: ManifestSnapshot) -> ManifestEdit:
+        state.forget_retired(store, snap, executor)
         at = NamespaceState(store, snap, pinned=True)
         p = ChangePlan(snap, ns.uri, at.schema_with_ids, at.current_spec)
         build(p)
         before = executor.misses
         edit = _materialize(p, executor, operation, state)
+        state.epoch = retire.epoch(snap)  # what was kept is checked up to here
         if rounds[0] and executor.misses > before:
             rounds[1] += 1
             if rounds[1] > MAX_REDO:
@@ -196,11 +233,7 @@ def _materialize(
         if change.counted:
             counts.updated += done.updated
             counts.inserted += done.inserted
-        outcomes.append(
-            TableOutcome(
-                task.object_id, task.read_version, done.version, done.rows, changed=done.changed
-            )
-        )
+        outcomes.append(TableOutcome.applied(task, done))
     write_schema = table_write_schema(p.schema)
     jobs: list[tuple[Key, str, pa.Table]] = []
     for key, parts in sorted(p.creates.items(), key=lambda kv: repr(kv[0])):
@@ -217,6 +250,9 @@ def _materialize(
     edit, result = manifest_edit(
         p.snap, p.spec, outcomes, p.deregister, state.name_of, operation, counts
     )
+    # whatever was made in earlier rounds is checked against retirements up to p.snap
+    made_at = retire.epoch(p.snap)
+    edit.uses = [u for o in outcomes if (u := o.use(made_at)) is not None]
     state.result = result
     if not edit.upserts and not edit.deletes:
         return None
@@ -328,10 +364,21 @@ def commit_outcomes(
     outcome: list[RowChangeResult] = []
     hook = _OnceHook(before_commit)
 
+    made_at = retire.epoch(base)
+    uses = [u for o in outcomes if (u := o.use(made_at)) is not None]
+
     def plan(snap: ManifestSnapshot) -> ManifestEdit:
         if snap.version != base.version:
             _check_unchanged(NamespaceState(store, snap, pinned=True), spec, schema, outcomes)
+            retired = retire.conflicting(snap, uses)
+            if retired:
+                raise StaleChangeError(
+                    f"{store.root}: a maintenance run retired what {len(retired)} partition "
+                    "table(s) of this change were made on",
+                    sorted({u.location for u in retired})[:5],
+                )
         edit, result = manifest_edit(snap, spec, outcomes, (), name_of, operation, counts)
+        edit.uses = uses
         outcome[:] = [result]
         if not edit.upserts and not edit.deletes:
             raise _NothingToCommit

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata, write_fragments
 
-from .. import arrow_json, storage
+from .. import arrow_json, retire, storage
 from ..conform import conform_for_write, same_layout, table_write_schema
 from ..errors import PartitionReadError, WriteError, is_storage_failure, storage_error
 from ..planning import ScanTask
@@ -58,6 +58,29 @@ class TableExecutor:
         self.misses = 0  # changes and creations actually made (not reused)
         self._native: dict[tuple[Any, ...], bool] = {}
         self._schemas: dict[int, tuple[pa.Schema, pa.Schema, pa.Schema]] = {}
+
+    # -- what was made ---------------------------------------------------------------------
+    def made(self, epoch: int) -> list[retire.Use]:
+        """Every version and new table made so far, as made on a manifest of retirement epoch
+        ``epoch`` (see :mod:`..retire`)."""
+        uses = [
+            retire.Use(location, applied.version, base, epoch)
+            for (location, base), memo in self._done.items()
+            for _, applied in memo
+        ]
+        uses += [retire.Use(loc, v, None, epoch) for loc, (_, v) in self._created.items()]
+        return uses
+
+    def forget(self, locations: set[str]) -> None:
+        """Forget what was made or read at ``locations`` (a retirement named them)."""
+        if not locations:
+            return
+        caches: list[dict[Any, Any]] = [self._done, self._datasets, self._keys, self._native]
+        for cache in caches:
+            for ref in [r for r in cache if r[0] in locations]:
+                del cache[ref]
+        for loc in locations & set(self._created):
+            del self._created[loc]
 
     # -- reading ---------------------------------------------------------------------------
     def dataset(self, task: ScanTask) -> lance.LanceDataset:

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from .. import arrow_json
 from ..errors import UpdateExpressionError
-from ..filters import FilterLike, quote_ident, to_sql
+from ..filters import FilterLike, check_row_expression, quote_ident, to_sql
 from ..filters import check as check_filter
 from ..health import parallel_map
 from ..planning import ScanTask
@@ -88,7 +88,9 @@ def update_rows(
     before_commit: Callable[[], None] | None = None,
 ) -> RowChangeResult:
     """Set ``set``'s columns (DataFusion SQL expressions over the row) on the rows matching
-    ``filter``, in one manifest commit.
+    ``filter``, in one manifest commit. An expression that is not a scalar row expression
+    (subquery, aggregate or window function, UNNEST, another table) raises
+    :class:`FilterError` before anything is read.
 
     Rows stay in their partition table when their partition values (under that table's spec)
     do not change; otherwise they move: removed from it and written to the partition of the
@@ -98,6 +100,10 @@ def update_rows(
     sql = to_sql(filter)
     ns.refresh()
     select = compile_set(set, ns.schema_with_ids)
+    for column, expr in set.items():
+        if expr:  # scalar row expressions only: each row's values from its own row
+            label = f"update of column {column!r}: expression"
+            check_row_expression(str(expr), ns.schema_with_ids, label)
     if sql is not None:
         check_filter(sql, ns.schema_with_ids)  # a bad filter fails here
     apply_set(

@@ -19,14 +19,14 @@ from typing import Any, ClassVar
 import lance
 import pyarrow as pa
 
-from ..errors import CommitConflictError, VersionGoneError
+from .. import retire
+from ..errors import CommitConflictError
 from ..manifest import (
     SEP,
     TABLE_NAME,
     ManifestSnapshot,
     ManifestStore,
     TableEntry,
-    missing_files,
     overwritten_ids,
     partition_field_columns,
 )
@@ -109,9 +109,22 @@ class WriteCommit(ABC):
         results: list[PartitionWrite] = []
         removed: list[str] = []
 
+        made_at = retire.epoch(self.base)
+        uses = [
+            retire.Use(
+                p.location,
+                p.version,
+                p.existing.read_version if p.existing is not None else None,
+                made_at,
+            )
+            for p in pending
+        ]
+
         def plan(snap: ManifestSnapshot) -> ManifestEdit:
             results.clear()
             removed.clear()
+            # before anything reads our tables again: a maintenance run may be deleting them
+            retire.check(self.store, snap, uses)
             self.validate(snap)
             if snap.metadata.get(self.spec.key) != self.base.metadata.get(self.spec.key):
                 raise CommitConflictError(
@@ -126,7 +139,7 @@ class WriteCommit(ABC):
                 prefixes = {k[:n] for k in keys for n in range(1, len(k) + 1)}
                 namespaces = dict(snap.find_namespaces(self.spec, prefixes))
             # the spec's manifest columns and v<N> namespace come with its first write
-            edit = ManifestEdit(new_columns=partition_field_columns([self.spec]))
+            edit = ManifestEdit(new_columns=partition_field_columns([self.spec]), uses=uses)
             edit.upserts[self.spec.namespace] = {"object_type": "namespace"}
             attempt = Attempt(snap, tables, namespaces, edit)
             for p in pending:
@@ -147,7 +160,6 @@ class WriteCommit(ABC):
                 return self.base
             return ManifestSnapshot(ds, list(self.base.specs.values()))
 
-        self._check_data_files(pending)
         snap = self.store.commit(load, plan)
         if self.spec.draft and snap.metadata.get(self.spec.key) != self.base.metadata.get(
             self.spec.key
@@ -165,22 +177,6 @@ class WriteCommit(ABC):
             removed=tuple(removed),
         )
 
-    def _check_data_files(self, pending: Sequence[PendingPartition]) -> None:
-        """Raise :class:`VersionGoneError` when a data file this write made is gone (a vacuum
-        with a grace period shorter than the write removed it as uncommitted)."""
-        gone = missing_files(
-            self.store.root,
-            [(p.object_id, p.location, p.data_files) for p in pending],
-            self.store.storage_options,
-        )
-        if gone:
-            listed = ", ".join(f"{oid} ({path})" for oid, path in gone[:5])
-            raise VersionGoneError(
-                f"{self.store.root}: {len(gone)} data file(s) this write made are gone before "
-                f"its manifest commit: {listed}. A vacuum with a grace period shorter than the "
-                "write removed them; nothing of the write is visible, retry it"
-            )
-
     # -- helpers of the modes -------------------------------------------------------------------
     def overwritten_since(self, snap: ManifestSnapshot) -> set[str] | None:
         """Table ids replaced by the commits after the base version up to ``snap`` (None:
@@ -192,7 +188,11 @@ class WriteCommit(ABC):
     def _replaced_between(self, snap: ManifestSnapshot) -> set[str] | None:
         out: set[str] = set()
         for version in range(self.base.version + 1, snap.version + 1):
-            ids = overwritten_ids(self.store.commit_properties(version, via=snap.dataset))
+            try:
+                props = self.store.commit_properties(version, via=snap.dataset)
+            except (OSError, ValueError):
+                return None  # a cleanup removed that version: unknown, assume the worst
+            ids = overwritten_ids(props)
             if ids is None:
                 return None
             out |= ids

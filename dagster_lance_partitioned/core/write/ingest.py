@@ -178,7 +178,9 @@ class PartitionIngest:
         of the namespaces and table this write creates for it."""
         existing = self.lookup.table(key)
         if existing is not None:
-            storage.check_location(existing.location, existing.object_id)
+            # refused before anything is written: a location outside the root, or (local
+            # roots) through a symbolic link
+            storage.table_uri(self.tables.store.root, existing.location, existing.object_id)
             path = existing.object_id.split(SEP)[:-1]
             if existing.read_branch is not None:
                 raise WriteError(

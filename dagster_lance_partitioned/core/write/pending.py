@@ -39,7 +39,6 @@ class PendingPartition:
     layout: pa.Schema | None = None
     storage_version: str | None = None
     bytes_written: int = 0
-    data_files: list[str] = field(default_factory=list)  # written by this write, table-relative
 
     @property
     def object_id(self) -> str:
@@ -50,10 +49,8 @@ class PendingPartition:
         return dict(zip((f.field_id for f in spec.fields), self.key, strict=True))
 
     def record_written(self, fragments: Iterable[FragmentMetadata]) -> None:
-        """Note the data files (and their size) of ``fragments``, which this write wrote."""
-        fragments = list(fragments)
+        """Note the size of the data files of ``fragments``, which this write wrote."""
         self.bytes_written = data_bytes(fragments)
-        self.data_files = data_files(fragments)
 
 
 class BaseIndex:
@@ -83,11 +80,6 @@ class BaseIndex:
         """The table registered for ``key`` (None: none)."""
         self.resolve({key})
         return self.tables.get(key)
-
-
-def data_files(fragments: Iterable[FragmentMetadata]) -> list[str]:
-    """The data files of ``fragments``, relative to their table's directory."""
-    return [f"data/{f.path}" for frag in fragments for f in frag.files]
 
 
 def data_bytes(fragments: Iterable[FragmentMetadata]) -> int:

@@ -284,7 +284,7 @@ class TableWriter:
         cached = self._relocations.get((pending.key, oid))
         if cached is None:
             location = table_location(oid)
-            uri = storage.join(self.store.root, location)
+            uri = storage.table_uri(self.store.root, location, oid)
             ds = lance.write_dataset(
                 self.our_rows(pending, self.write_schema),
                 uri,
