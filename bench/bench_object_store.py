@@ -214,12 +214,10 @@ class Ours(System):
         handle.write(rows, mode="overwrite_partitions")
 
     def clear_caches(self) -> None:
-        # the process-wide LRU of partition tables opened at pinned versions (reused by scans)
+        # what the process keeps of what it read (tables at pinned versions, manifest versions)
         from dagster_lance_partitioned.core import scan
 
-        cache = getattr(scan, "_open_pinned", None)
-        if cache is not None and hasattr(cache, "cache_clear"):
-            cache.cache_clear()
+        scan.clear_caches()
 
 
 class Delta(System):

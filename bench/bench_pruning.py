@@ -72,7 +72,7 @@ def register(root: str, n: int) -> None:
     ds = ManifestStore(ns.uri).dataset()
     snap = ManifestSnapshot(ds, specs_from_metadata(dict(ds.metadata)))
     edit = ManifestEdit(upserts=upserts, properties={"overwritten": "[]"})
-    tx = build_transaction(snap, edit, ds.uri, None, {})
+    tx = build_transaction(snap, edit, None, {})
     lance.LanceDataset.commit(ds.uri, tx)
 
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any, TextIO, cast
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from ..core import history, storage
 from ..core.errors import (
@@ -198,9 +197,8 @@ def _table_stats(task: ScanTask, storage_options: dict[str, str] | None) -> tupl
             elif getattr(data_file, "base_id", None) is None:
                 unknown.append(data_file.path)
     if unknown:  # older files do not record their size: ask the store
-        fs, path = storage.filesystem(task.uri, storage_options)
-        infos = fs.get_file_info([f"{path}/data/{name}" for name in unknown])
-        size += sum(i.size or 0 for i in infos)
+        paths = [f"data/{name}" for name in unknown]
+        size += sum(storage.file_sizes(task.uri, paths, storage_options).values())
     return rows, size
 
 
@@ -511,27 +509,18 @@ class _Found:
     error: str | None
 
 
-def _children(fs: pafs.FileSystem, path: str) -> list[pafs.FileInfo]:
-    infos: list[pafs.FileInfo] = fs.get_file_info(
-        pafs.FileSelector(path, allow_not_found=True, recursive=False)
-    )
-    return infos
-
-
 def _find_namespaces(
     root: str, storage_options: dict[str, str] | None, max_depth: int
 ) -> Iterator[_Found]:
     """The directories under ``root`` holding a partitioned namespace's ``__manifest``,
     breadth first; namespaces and Lance tables are not looked into."""
-    fs, base = storage.filesystem(root, storage_options)
-    info = fs.get_file_info(base)
-    if info.type != pafs.FileType.Directory:
+    if not storage.is_dir(root, storage_options):
         raise CliError(f"{root}: no such directory")
     pending = [("", 0)]
     while pending:
         rel, depth = pending.pop(0)
-        here = f"{base.rstrip('/')}/{rel}" if rel else base
-        dirs = sorted(i.base_name for i in _children(fs, here) if i.type == pafs.FileType.Directory)
+        here = storage.join(root, rel) if rel else root
+        dirs = storage.list_dirs(here, storage_options, links=True)
         if "_versions" in dirs:
             continue  # a Lance table
         if "__manifest" in dirs:
@@ -548,7 +537,9 @@ def _find_namespaces(
             pending += [
                 (f"{rel}/{d}" if rel else d, depth + 1)
                 for d in dirs
-                if d != "__manifest" and not d.startswith(".")
+                if d != "__manifest"
+                and not d.startswith(".")
+                and storage.location_problem(d) is None  # e.g. a backslash: not joinable
             ]
 
 

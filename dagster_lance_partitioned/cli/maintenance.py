@@ -9,6 +9,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from ..core.health import ORPHAN_GRACE
 from ..core.namespace import PartitionedNamespace
 from ._args import (
     EXIT_ERROR,
@@ -45,6 +46,14 @@ def register(add: AddCommand) -> None:
         metavar="N",
         type=non_negative_int,
         help="check the rows of N sampled partitions only (default: every partition)",
+    )
+    p.add_argument(
+        "--grace-hours",
+        metavar="N",
+        type=non_negative_float,
+        default=ORPHAN_GRACE.total_seconds() / 3600,
+        help="orphan tables younger than N hours are writes in flight, reported but not an issue "
+        "(default 168, vacuum's grace)",
     )
     p = add(
         "compact",
@@ -108,10 +117,12 @@ def _cmd_check(args: argparse.Namespace, opts: Options, out: TextIO) -> int:
     schema = ns.inspect.check_schemas()
     broken, uncommitted = ns.inspect.check_read_versions(history=args.history)
     orphans = ns.inspect.find_orphans()  # what vacuum would remove (every version on storage)
+    grace = dt.timedelta(hours=args.grace_hours)
+    stale = [o for o in orphans if o.stale(grace)]
     integrity = ns.inspect.check_integrity(sample=args.sample)
     partitions = len(ns.inspect.partitions())
     checked = partitions if args.sample is None else min(args.sample, partitions)
-    found = len(schema) + len(broken) + len(uncommitted) + len(orphans) + len(integrity)
+    found = len(schema) + len(broken) + len(uncommitted) + len(stale) + len(integrity)
     if opts.json:
         write_json(
             out,
@@ -127,7 +138,7 @@ def _cmd_check(args: argparse.Namespace, opts: Options, out: TextIO) -> int:
                     {**dataclasses.asdict(i), "detail": error_text(i.detail)} for i in broken
                 ],
                 "uncommitted": [dataclasses.asdict(i) for i in uncommitted],
-                "orphans": [dataclasses.asdict(i) for i in orphans],
+                "orphans": [{**dataclasses.asdict(i), "stale": i.stale(grace)} for i in orphans],
                 "integrity": [dataclasses.asdict(i) for i in integrity],
             },
         )
@@ -149,7 +160,8 @@ def _cmd_check(args: argparse.Namespace, opts: Options, out: TextIO) -> int:
             (
                 "orphans",
                 f"{plural(len(orphans), 'orphan table')} "
-                f"({size_text(sum(o.bytes for o in orphans))}, oldest {oldest:.1f} h)"
+                f"({size_text(sum(o.bytes for o in orphans))}, oldest {oldest:.1f} h; "
+                f"{len(stale)} older than {args.grace_hours:g} h)"
                 if orphans
                 else "none",
             ),

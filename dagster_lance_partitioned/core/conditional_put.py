@@ -11,19 +11,22 @@ store that lets a second create overwrite the first.
 
 from __future__ import annotations
 
-import datetime
 import os
 import secrets
 import threading
-import urllib.error
-import urllib.request
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from .errors import ConditionalPutUnsupportedError, StorageError, clean_message
+import obstore
+from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
+
+from . import storage
+from .errors import ConditionalPutUnsupportedError, StorageError
+from .storage import bucket_region
+
+__all__ = ["UNSAFE_ENV", "bucket_region", "clear_probe_cache", "ensure_conditional_put"]
 
 UNSAFE_ENV = "DLP_ALLOW_UNSAFE_COMMITS"
 PROBE_DIR = "_dlp_probe"
@@ -32,37 +35,11 @@ PROBE_DIR = "_dlp_probe"
 # with an atomic rename-if-not-exists), memory, and Lance's DynamoDB commit store.
 _EXEMPT_SCHEMES = {"", "file", "memory", "s3+ddb"}
 # Object stores obstore can open from a URL; any other scheme cannot be probed.
-_PROBED_SCHEMES = {"s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl"}
-_S3_SCHEMES = {"s3", "s3a"}
-# object_store's HTTP client options (``ClientConfigKey``); every other option configures the
-# store itself.
-_CLIENT_KEYS = {
-    "allow_http",
-    "allow_invalid_certificates",
-    "connect_timeout",
-    "default_content_type",
-    "http1_only",
-    "http2_keep_alive_interval",
-    "http2_keep_alive_timeout",
-    "http2_keep_alive_while_idle",
-    "http2_max_frame_size",
-    "http2_only",
-    "pool_idle_timeout",
-    "pool_max_idle_per_host",
-    "proxy_url",
-    "proxy_ca_certificate",
-    "proxy_excludes",
-    "randomize_addresses",
-    "timeout",
-    "user_agent",
-}
+_PROBED_SCHEMES = storage.OBJECT_STORE_SCHEMES
 # Name fragments of options (and environment variables) holding credentials: kept out of the
 # probe cache key, which only needs to tell stores apart.
 _SECRET_MARKERS = ("secret", "token", "password", "key", "sas", "credential", "signature")
 _ENV_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_")
-_DEFAULT_MAX_RETRIES = 3
-_DEFAULT_RETRY_TIMEOUT_S = 30.0
-_REGION_LOOKUP_BASE = "https://s3.amazonaws.com"
 
 _lock = threading.Lock()
 _store_locks: dict[tuple[Any, ...], threading.Lock] = {}
@@ -106,7 +83,7 @@ def ensure_conditional_put(root: str, storage_options: dict[str, str] | None) ->
         store_lock = _store_locks.setdefault(key, threading.Lock())
     with store_lock:
         if key not in _results:
-            _results[key] = _probe(root, scheme, options)  # StorageError is not cached
+            _results[key] = _probe(root, options)  # StorageError is not cached
         reason = _results[key]
     if reason is not None:
         raise ConditionalPutUnsupportedError(_refusal(root, reason))
@@ -151,22 +128,21 @@ def _store_key(scheme: str, root: str, options: Mapping[str, str]) -> tuple[Any,
 
 
 # -- the probe ----------------------------------------------------------------------------------
-@dataclass
-class _StoreConfig:
-    config: dict[str, str]
-    client_options: dict[str, str]
-    retry_config: dict[str, Any]
-
-
-def _probe(root: str, scheme: str, options: dict[str, str]) -> str | None:
+def _probe(root: str, options: dict[str, str]) -> str | None:
     """None when a second create of a scratch object under ``root`` is refused, else why the
-    store is refused (without ``root``: see :func:`_refusal`)."""
-    import obstore
-    from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
-
-    store = _open_store(root, scheme, options)
-    path = f"{PROBE_DIR}/{secrets.token_hex(8)}"
-    where = f"{root}/{path}"
+    store is refused (without ``root``: see :func:`_refusal`). Through the store the listings
+    and deletions of maintenance use (:func:`.storage.object_store`: one per process)."""
+    try:
+        loc = storage.object_location(root, options)
+    except StorageError as e:
+        raise StorageError(
+            f"{root}: cannot open the object store to probe put-if-absent: {e}",
+            namespace=root,
+        ) from None
+    store = loc.store
+    name = f"{PROBE_DIR}/{secrets.token_hex(8)}"
+    path = loc.key(name)
+    where = f"{root}/{name}"
     created = False
     try:
         try:
@@ -211,8 +187,6 @@ def _refusal(root: str, what: str) -> str:
 
 
 def _delete(store: Any, path: str, where: str) -> None:
-    import obstore
-
     last: Exception | None = None
     for _attempt in range(3):
         try:
@@ -229,91 +203,4 @@ def _delete(store: Any, path: str, where: str) -> None:
 
 
 def _msg(error: BaseException | str) -> str:
-    return clean_message(str(error).split("\n\nDebug source:", 1)[0])
-
-
-def _open_store(root: str, scheme: str, options: dict[str, str]) -> Any:
-    """An obstore store whose prefix is ``root``, configured from Lance storage options."""
-    from obstore.store import from_url
-
-    cfg = _split_options(root, options)
-    if scheme in _S3_SCHEMES:
-        region = _s3_region(urlparse(root).netloc, cfg.config)
-        if region:
-            cfg.config["aws_region"] = region
-    try:
-        return from_url(  # type: ignore[call-overload]  # config dicts built at run time
-            root,
-            config=cfg.config or None,
-            client_options=cfg.client_options or None,
-            retry_config=cfg.retry_config,
-        )
-    except Exception as e:
-        raise StorageError(
-            f"{root}: cannot open the object store to probe put-if-absent: {_msg(e)}",
-            namespace=root,
-        ) from None
-
-
-def _split_options(root: str, options: dict[str, str]) -> _StoreConfig:
-    """Lance storage options as obstore store config, client options and retry config; options
-    only Lance knows (e.g. ``download_retry_count``) are left out."""
-    from obstore.store import from_url
-
-    config: dict[str, str] = {}
-    client: dict[str, str] = {}
-    for key, value in options.items():
-        if key in _CLIENT_KEYS:
-            client[key] = value
-            continue
-        try:
-            from_url(root, config={key: value})  # type: ignore[call-overload]
-        except Exception as e:
-            if type(e).__name__ == "UnknownConfigurationKeyError":
-                continue  # not an object_store option
-        except BaseException as e:  # pyo3 panics derive from BaseException
-            if type(e).__name__ != "PanicException":
-                raise
-            client[key] = value  # a client option object_store parses as a store key
-            continue
-        config[key] = value
-    for key in list(client):
-        try:
-            from_url(root, client_options={key: client[key]})  # type: ignore[call-overload]
-        except ValueError:
-            del client[key]
-        except Exception:
-            pass  # a valid key; the real open reports what is wrong
-    retry = {
-        "max_retries": int(options.get("client_max_retries", _DEFAULT_MAX_RETRIES)),
-        "retry_timeout": datetime.timedelta(
-            seconds=float(options.get("client_retry_timeout", _DEFAULT_RETRY_TIMEOUT_S))
-        ),
-    }
-    return _StoreConfig(config, client, retry)
-
-
-def _s3_region(
-    bucket: str, config: Mapping[str, str], lookup_base: str = _REGION_LOOKUP_BASE
-) -> str | None:
-    """The bucket's region when neither the options nor the environment give a region or an
-    endpoint (looked up with HeadBucket, as Lance does); None otherwise or when unknown."""
-    given = {k for k in config if "region" in k or "endpoint" in k}
-    env = {k for k in os.environ if k.startswith("AWS_") and ("REGION" in k or "ENDPOINT" in k)}
-    if given or env:
-        return None
-    return bucket_region(bucket, lookup_base)
-
-
-def bucket_region(bucket: str, lookup_base: str = _REGION_LOOKUP_BASE) -> str | None:
-    """The ``x-amz-bucket-region`` of ``bucket`` from a HeadBucket request to ``lookup_base``
-    (None when the request gives none)."""
-    request = urllib.request.Request(f"{lookup_base.rstrip('/')}/{bucket}", method="HEAD")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            region = response.headers.get("x-amz-bucket-region")
-            return str(region) if region else None
-    except urllib.error.HTTPError as e:  # 301/403 still name the region
-        return e.headers.get("x-amz-bucket-region")
-    except (urllib.error.URLError, OSError):
-        return None
+    return storage.store_message(error)

@@ -8,6 +8,7 @@ partition table once; tables are inspected a few at a time (the work is I/O boun
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import random
 import re
@@ -82,6 +83,11 @@ class UncommittedVersion:
     versions: tuple[int, ...]
 
 
+# Orphans younger than this are writes in flight (or left for vacuum, whose default grace it
+# is): health checks report them, and count only older ones as a problem.
+ORPHAN_GRACE = dt.timedelta(days=7)
+
+
 @dataclass(frozen=True)
 class Orphan:
     """A partition-table directory under the root that no manifest version inspected
@@ -90,6 +96,11 @@ class Orphan:
     location: str
     age_seconds: float
     bytes: int
+
+    def stale(self, grace: dt.timedelta = ORPHAN_GRACE) -> bool:
+        """Whether it is older than ``grace``: no write in flight, and a vacuum with that grace
+        would have removed it (a health problem; younger ones are not)."""
+        return self.age_seconds > grace.total_seconds()
 
 
 @dataclass(frozen=True)

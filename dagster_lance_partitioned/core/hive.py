@@ -45,8 +45,8 @@ from .manifest import (
     ManifestStore,
     base_manifest_schema,
     partition_field_columns,
-    random_name,
 )
+from .naming import NAMING_KEY, NamespaceNaming, new_naming_key
 from .partition_constants import fill_constants, identity_constants
 from .partitioner import SpecEvaluator
 from .spec import PartitionField, PartitionSpec, resolve_fields
@@ -406,7 +406,9 @@ def import_hive(
     ns_schema, _ = arrow_json.assign_field_ids(arrow_json.normalize_schema(schema), 0)
     spec = PartitionSpec(1, resolve_fields([PartitionField.identity(k) for k in keys], ns_schema))
     SpecEvaluator(spec, ns_schema)
-    rows = _manifest_rows(leaves, spec, key_values)
+    key = new_naming_key()
+    naming = NamespaceNaming(key, spec.spec_id)
+    rows = _manifest_rows(leaves, spec, key_values, naming)
     manifest_schema = base_manifest_schema()
     for f in partition_field_columns([spec]):
         manifest_schema = manifest_schema.append(f)
@@ -415,6 +417,7 @@ def import_hive(
         SCHEMA_KEY: json.dumps(arrow_json.schema_to_json(ns_schema), separators=(",", ":")),
         spec.key: spec.to_json_str(),
         WRITER_FLAG_KEY: WRITER_FLAG_VALUE,
+        NAMING_KEY: key,
     }
     if store.exists():
         raise NamespaceExistsError(f"{root}: a __manifest table already exists here")
@@ -423,10 +426,13 @@ def import_hive(
 
 
 def _manifest_rows(
-    leaves: list[HiveLeaf], spec: PartitionSpec, key_values: list[list[Any]]
+    leaves: list[HiveLeaf],
+    spec: PartitionSpec,
+    key_values: list[list[Any]],
+    naming: NamespaceNaming,
 ) -> list[dict[str, Any]]:
     """Manifest rows as the writer makes them: ``v1``, one namespace per distinct prefix of
-    values (random names), one table row per leaf pointing at its existing directory."""
+    values (named by ``naming``), one table row per leaf pointing at its existing directory."""
     rows: list[dict[str, Any]] = [
         {"object_id": spec.namespace, "object_type": "namespace", "metadata": "{}"}
     ]
@@ -439,7 +445,7 @@ def _manifest_rows(
             row_values[f.column] = values[level - 1]
             prefix = values[:level]
             if prefix not in ns_ids:
-                ns_ids[prefix] = SEP.join([path, random_name()])
+                ns_ids[prefix] = SEP.join([path, naming.namespace_name(prefix)])
                 rows.append(
                     {
                         "object_id": ns_ids[prefix],

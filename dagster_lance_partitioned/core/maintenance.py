@@ -28,6 +28,7 @@ from . import storage
 from .errors import PartialPartitionError, PartitionedNamespaceError, WriteError, storage_error
 from .filters import FilterLike, to_sql
 from .health import (
+    ORPHAN_GRACE,
     Pin,
     TableListing,
     VersionFiles,
@@ -499,9 +500,7 @@ def _finish_vacuum_table(ns: NamespaceState, plan: _TablePlan) -> _TableCleanup:
     return out
 
 
-def vacuum(
-    ns: NamespaceState | HasState, grace: dt.timedelta = dt.timedelta(days=7)
-) -> VacuumResult:
+def vacuum(ns: NamespaceState | HasState, grace: dt.timedelta = ORPHAN_GRACE) -> VacuumResult:
     """Delete what no manifest version on storage can reach and that is older than ``grace``:
     orphan partition-table directories (see :func:`~.health.find_orphans`; age counted from
     their newest file, so a write in progress keeps its table), and files inside referenced

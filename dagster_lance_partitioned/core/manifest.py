@@ -11,7 +11,8 @@ import secrets
 import string
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,14 +159,120 @@ def _spec_id_of(object_id: str) -> int | None:
     return None
 
 
+class _VersionState:
+    """What this process learned of one ``__manifest`` version (shared by every snapshot of
+    it: a version never changes): that its object ids are unique, its row count, its rows
+    when read whole, and memoized lookups (:meth:`ManifestSnapshot.memo`)."""
+
+    __slots__ = ("arrow_schema", "dataset", "memos", "nbytes", "row_count", "table", "verified")
+
+    def __init__(self) -> None:
+        self.dataset: lance.LanceDataset | None = None  # the first handle: warm for queries
+        self.verified = False
+        self.row_count: int | None = None
+        self.table: pa.Table | None = None
+        self.arrow_schema: pa.Schema | None = None
+        self.memos: OrderedDict[Hashable, Any] = OrderedDict()
+        self.nbytes = 0  # of ``table``, counted against VERSION_CACHE_BYTES
+
+
+# Process-wide, per manifest version: bounded by entries and by the bytes of the rows kept.
+VERSION_CACHE_ENTRIES = 64
+VERSION_CACHE_BYTES = 256 * 1024 * 1024
+VERSION_MEMOS = 128  # memoized lookups per version (scan plans' manifest queries)
+_VERSIONS: OrderedDict[Hashable, _VersionState] = OrderedDict()
+_VERSIONS_LOCK = threading.Lock()
+_versions_bytes = 0
+
+
+def _version_key(dataset: lance.LanceDataset) -> Hashable:
+    """What identifies a manifest version's rows in this process: its URI, version and files
+    (data files carry random names, so a manifest re-created at the same path and version
+    number never shares a key with the one before)."""
+    files = []
+    for fragment in dataset.get_fragments():
+        meta = fragment.metadata
+        deletion = meta.deletion_file
+        files.append(
+            (
+                meta.id,
+                tuple(f.path for f in meta.files),
+                None if deletion is None else (deletion.id, deletion.read_version),
+            )
+        )
+    return (str(dataset.uri), int(dataset.version), tuple(files))
+
+
+def _options(dataset: lance.LanceDataset) -> Any:
+    return getattr(dataset, "_storage_options", None)
+
+
+def _version_state(key: Hashable) -> _VersionState:
+    with _VERSIONS_LOCK:
+        state = _VERSIONS.get(key)
+        if state is None:
+            state = _VERSIONS[key] = _VersionState()
+            _evict(keep=key)
+        else:
+            _VERSIONS.move_to_end(key)
+        return state
+
+
+def _evict(keep: Hashable) -> None:
+    """Drop the least recently used versions beyond the bounds (under the lock)."""
+    global _versions_bytes
+    while len(_VERSIONS) > 1 and (
+        len(_VERSIONS) > VERSION_CACHE_ENTRIES or _versions_bytes > VERSION_CACHE_BYTES
+    ):
+        key, state = next(iter(_VERSIONS.items()))
+        if key == keep:
+            _VERSIONS.move_to_end(key)
+            key, state = next(iter(_VERSIONS.items()))
+        del _VERSIONS[key]
+        _versions_bytes -= state.nbytes
+
+
+def _keep_table(key: Hashable, state: _VersionState, table: pa.Table) -> None:
+    """Keep ``table`` (the verified rows of a small manifest version) for later snapshots
+    of it."""
+    global _versions_bytes
+    size = int(table.nbytes)
+    if table.num_rows > SMALL_MANIFEST_ROWS or size > VERSION_CACHE_BYTES:
+        return  # only small manifests are taken from memory (see ManifestSnapshot.verify)
+    with _VERSIONS_LOCK:
+        if state.table is not None:
+            return
+        state.table, state.nbytes = table, size
+        if _VERSIONS.get(key) is state:
+            _versions_bytes += size
+            _evict(keep=key)
+
+
+def clear_version_cache() -> None:
+    """Forget every manifest version this process has read (tests, benchmarks)."""
+    global _versions_bytes
+    with _VERSIONS_LOCK:
+        _VERSIONS.clear()
+        _versions_bytes = 0
+
+
 class ManifestSnapshot:
-    """One version of ``__manifest``: all rows, the table metadata and lookups over them."""
+    """One version of ``__manifest``: all rows, the table metadata and lookups over them.
+
+    What this process learned of a version (its object ids are unique, its row count, the
+    rows of a small one, memoized query results) is shared by every snapshot of it (see
+    :class:`_VersionState`)."""
 
     def __init__(self, dataset: lance.LanceDataset, specs: list[PartitionSpec]) -> None:
         self.dataset = dataset
         self.version: int = dataset.version
         self.metadata: dict[str, str] = dict(dataset.metadata)
         self.specs = {s.spec_id: s for s in specs}
+        self._key = _version_key(dataset)
+        self._shared = _version_state(self._key)
+        self._specs_key: Hashable = tuple(sorted(self.specs.items()))
+        if self._shared.dataset is None:
+            self._shared.dataset = dataset
         self._table: pa.Table | None = None
         self._counts: dict[int, int] | None = None
         self._tables: list[TableEntry] | None = None
@@ -181,8 +288,40 @@ class ManifestSnapshot:
             with self.reading():
                 rows = self.dataset.to_table()
             self._table = self.check_unique(rows)
-            self._verified = True
+            self._verified = self._shared.verified = True
+            self._shared.row_count = int(rows.num_rows)
+            _keep_table(self._key, self._shared, self._table)
         return self._table
+
+    @property
+    def query_dataset(self) -> lance.LanceDataset:
+        """A handle of this version for queries: the first one this process opened (Lance
+        caches file metadata per handle, so a query through a handle used before is several
+        times faster than through a fresh one), when opened with the same storage options."""
+        shared = self._shared.dataset
+        if shared is not None and _options(shared) == _options(self.dataset):
+            return shared
+        return self.dataset
+
+    def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per manifest version, specs and ``key`` in this process (a
+        version never changes; the least recently used results are dropped beyond
+        :data:`VERSION_MEMOS`). For immutable results only: they are shared."""
+        full = (self._specs_key, key)
+        memos = self._shared.memos
+        try:
+            with _VERSIONS_LOCK:
+                if full in memos:
+                    memos.move_to_end(full)
+                    return memos[full]
+        except TypeError:  # an unhashable key: not memoized
+            return compute()
+        value = compute()  # outside the lock: two threads may both compute it, harmlessly
+        with _VERSIONS_LOCK:
+            memos[full] = value
+            while len(memos) > VERSION_MEMOS:
+                memos.popitem(last=False)
+        return value
 
     @property
     def root(self) -> str:
@@ -207,18 +346,31 @@ class ManifestSnapshot:
             )
         return rows
 
-    def verify(self) -> ManifestSnapshot:
+    def verify(self, latest: bool = False) -> ManifestSnapshot:
         """This snapshot, after checking that no object id of its version occurs twice (see
         :meth:`check_unique`): a small manifest is read whole (and kept for later lookups), a
-        large one only its ``object_id`` column. Checked once per snapshot."""
-        if not self._verified:
-            if self._table is not None or self.is_small():
-                _ = self.table  # checked as it is read
+        large one only its ``object_id`` column.
+
+        ``latest``: the version was just found to be the latest (so its files are all there):
+        when this process has checked it already, a small one's rows are taken from memory
+        and a large one is not read again. Otherwise the version is read (its files may be
+        gone: an old version a cleanup removed)."""
+        if self._verified:
+            return self
+        shared = self._shared
+        reuse = latest and shared.verified
+        if self._table is not None:
+            pass  # checked as it was read
+        elif self.is_small():
+            if reuse and shared.table is not None:
+                self._table = shared.table  # read (and checked) by this process already
             else:
-                with self.reading():
-                    ids = self.dataset.to_table(columns=["object_id"])
-                self.check_unique(ids)
-            self._verified = True
+                _ = self.table  # checked as it is read
+        elif not reuse:
+            with self.reading():
+                ids = self.dataset.to_table(columns=["object_id"])
+            self.check_unique(ids)
+        self._verified = shared.verified = True
         return self
 
     @contextlib.contextmanager
@@ -251,8 +403,10 @@ class ManifestSnapshot:
         """How many rows this manifest version has (without reading them)."""
         if self._table is not None:
             return int(self._table.num_rows)
-        with self.reading():
-            return self.dataset.count_rows()
+        if self._shared.row_count is None:
+            with self.reading():
+                self._shared.row_count = int(self.dataset.count_rows())
+        return self._shared.row_count
 
     @property
     def loaded(self) -> bool:
@@ -262,23 +416,28 @@ class ManifestSnapshot:
     @property
     def arrow_schema(self) -> pa.Schema:
         """The manifest's Arrow schema (including unknown columns)."""
-        return self.dataset.schema
+        if self._shared.arrow_schema is None:
+            self._shared.arrow_schema = self.dataset.schema
+        return self._shared.arrow_schema
 
     def table_counts(self) -> dict[int, int]:
         """Registered partition tables per spec version (without reading every row)."""
         if self._counts is None:
-            counts: dict[int, int] = {}
-            if self.loaded:
-                for t in self.tables():
-                    counts[t.spec_id] = counts.get(t.spec_id, 0) + 1
-            else:
-                for sid in self.specs:
-                    with self.reading():
-                        counts[sid] = self.dataset.count_rows(
-                            f"object_type = 'table' AND object_id LIKE 'v{sid}{SEP}%'"
-                        )
-            self._counts = counts
+            self._counts = self.memo(("table_counts",), self._count_tables)
         return self._counts
+
+    def _count_tables(self) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        if self.loaded:
+            for t in self.tables():
+                counts[t.spec_id] = counts.get(t.spec_id, 0) + 1
+        else:
+            for sid in self.specs:
+                with self.reading():
+                    counts[sid] = self.query_dataset.count_rows(
+                        f"object_type = 'table' AND object_id LIKE 'v{sid}{SEP}%'"
+                    )
+        return counts
 
     def entries(self, rows: pa.Table) -> list[TableEntry]:
         """Table entries of manifest ``rows`` (e.g. the result of a filtered query)."""
@@ -660,9 +819,10 @@ class ManifestStore:
                         return snap
                     retire.check(self, snap, edit.uses)
                     props = {COMMIT_PROPERTY_PREFIX + k: v for k, v in edit.properties.items()}
-                    tx = build_transaction(snap, edit, self.uri, self.storage_options, props)
+                    tx = build_transaction(snap, edit, self.storage_options, props)
+                    # through the open handle: Lance checks for a concurrent commit all the same
                     ds = lance.LanceDataset.commit(
-                        self.uri, tx, storage_options=self.storage_options, max_retries=0
+                        snap.dataset, tx, storage_options=self.storage_options, max_retries=0
                     )
             except Exception as e:
                 lost_race = isinstance(e, (lance.commit.CommitConflictError, OSError))

@@ -111,7 +111,6 @@ def sql_string(value: str) -> str:
 def build_transaction(
     snap: ManifestRows,
     edit: ManifestEdit,
-    uri: str,
     storage_options: dict[str, str] | None,
     properties: dict[str, str],
 ) -> Transaction:
@@ -146,7 +145,7 @@ def build_transaction(
         new_table = edit.apply(snap.table)
         frags = write_fragments(
             new_table,
-            uri,
+            snap.dataset,  # an open handle: nothing is read again
             schema=new_table.schema,
             mode="overwrite",
             storage_options=storage_options,
@@ -178,7 +177,7 @@ def build_transaction(
     if rows:
         new_fragments = write_fragments(
             pa.Table.from_pylist(rows, schema=ds.schema),
-            uri,
+            ds,
             schema=ds.schema,
             mode="append",
             data_storage_version=ds.data_storage_version,

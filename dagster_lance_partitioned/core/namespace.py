@@ -31,12 +31,13 @@ from .manifest import (
     partition_field_columns,
 )
 from .manifest_ops import ManifestEdit
+from .naming import NAMING_KEY, ensure_naming_key, new_naming_key
 from .ns_schema import check_columns
 from .ns_schema import snapshot_schema as snapshot_schema  # re-exported
 from .operations import Inspect, Maintenance
 from .partitioner import SpecEvaluator
 from .planning import ScanPlan
-from .scan import scan_reader
+from .scan import TABLE_BATCH_ROWS, count_plan_rows, scan_reader
 from .spec import PartitionField, PartitionSpec, SpecField, resolve_fields
 from .state import NamespaceState, load_snapshot
 from .write import PartitionWriter, WriteMode, WriteResult
@@ -129,6 +130,7 @@ class PartitionedNamespace:
             SCHEMA_KEY: json.dumps(arrow_json.schema_to_json(ns_schema), separators=(",", ":")),
             spec.key: spec.to_json_str(),
             WRITER_FLAG_KEY: WRITER_FLAG_VALUE,
+            NAMING_KEY: new_naming_key(),
         }
         first = pa.Table.from_pylist(
             [{"object_id": spec.namespace, "object_type": "namespace", "metadata": "{}"}],
@@ -157,7 +159,8 @@ class PartitionedNamespace:
             )
         store = ManifestStore(root, storage_options)
         ds = store.dataset(version) if version is not None else store.open_latest()
-        snap = load_snapshot(ds).verify()  # a manifest listing an object id twice is refused
+        # a manifest listing an object id twice is refused
+        snap = load_snapshot(ds).verify(latest=version is None)
         return cls(root, storage_options, snap, pinned=version is not None)
 
     # -- state --------------------------------------------------------------------------------
@@ -248,6 +251,8 @@ class PartitionedNamespace:
         self._state.require_unpinned("write")
         self._state.store.check_store()
         self.refresh()
+        if ensure_naming_key(self._state.store, self._state.snapshot):
+            self.refresh()
         writer = PartitionWriter(
             self._state.store,
             self._state.snapshot,
@@ -259,7 +264,12 @@ class PartitionedNamespace:
             partitions=partitions,
         )
         result = writer.write(data)
-        self.refresh()
+        committed = writer.manifest_commit.committed
+        if committed is not None and committed.version == result.manifest_version:
+            # the version this write made, from the verified one it was planned on: no re-read
+            self._state.snapshot = committed
+        else:
+            self.refresh()
         return result
 
     # Test seam: called after the partition tables are written, before the manifest commit.
@@ -282,21 +292,38 @@ class PartitionedNamespace:
         filter: FilterLike = None,
         columns: Sequence[str] | None = None,
         batch_size: int | None = None,
+        *,
+        concurrency: int | None = None,
     ) -> pa.RecordBatchReader:
-        """Stream the rows matching ``filter`` as Arrow batches of the namespace schema."""
+        """Stream the rows matching ``filter`` as Arrow batches of the namespace schema.
+
+        ``concurrency``: how many partition tables are opened and read at once (default: a
+        few on local disk, dozens on object stores, or ``DLP_SCAN_CONCURRENCY``; see
+        :func:`.scan.scan_concurrency`)."""
         plan = self.plan_scan(filter)
-        return scan_reader(plan, self.schema_with_ids, columns, self.storage_options, batch_size)
+        return scan_reader(
+            plan, self.schema_with_ids, columns, self.storage_options, batch_size, concurrency
+        )
 
     @storage_boundary("reading")
-    def to_table(self, filter: FilterLike = None, columns: Sequence[str] | None = None) -> pa.Table:
-        """The rows matching ``filter`` as one Arrow table."""
-        return self.scan(filter, columns).read_all()
+    def to_table(
+        self,
+        filter: FilterLike = None,
+        columns: Sequence[str] | None = None,
+        *,
+        concurrency: int | None = None,
+    ) -> pa.Table:
+        """The rows matching ``filter`` as one Arrow table (``concurrency``: see :meth:`scan`)."""
+        return self.scan(
+            filter, columns, batch_size=TABLE_BATCH_ROWS, concurrency=concurrency
+        ).read_all()
 
     @storage_boundary("counting rows")
-    def count_rows(self, filter: FilterLike = None) -> int:
-        """How many rows match ``filter``."""
-        first = self.schema.names[:1]
-        return sum(b.num_rows for b in self.scan(filter, columns=first))
+    def count_rows(self, filter: FilterLike = None, *, concurrency: int | None = None) -> int:
+        """How many rows match ``filter`` (partitions whose every row matches are counted from
+        their tables' metadata, without reading data; ``concurrency``: see :meth:`scan`)."""
+        plan = self.plan_scan(filter)
+        return count_plan_rows(plan, self.schema_with_ids, self.storage_options, concurrency)
 
     # -- partition evolution ------------------------------------------------------------------
     @storage_boundary("updating the partition spec")

@@ -348,11 +348,11 @@ class SpecPruning:
 
 
 def manifest_where(
-    snapshot: ManifestSnapshot, predicates: dict[int, Pred], dialect: str = "datafusion"
+    manifest_schema: pa.Schema, predicates: dict[int, Pred], dialect: str = "datafusion"
 ) -> str:
     """The WHERE clause selecting the partition tables of every spec version whose projected
-    predicate may hold (the spec's Appendix D form)."""
-    types = {f.name: f.type for f in snapshot.arrow_schema}
+    predicate may hold (the spec's Appendix D form), over a manifest of ``manifest_schema``."""
+    types = {f.name: f.type for f in manifest_schema}
     ors = []
     for spec_id, pred in sorted(predicates.items()):
         if pred == FALSE:
@@ -362,9 +362,9 @@ def manifest_where(
     return f"object_type = 'table' AND ({' OR '.join(ors) if ors else 'FALSE'})"
 
 
-def manifest_query(snapshot: ManifestSnapshot, predicates: dict[int, Pred]) -> str:
+def manifest_query(manifest_schema: pa.Schema, predicates: dict[int, Pred]) -> str:
     """The whole ``__manifest`` query of a plan, as SQL."""
-    return f"SELECT object_id FROM __manifest WHERE {manifest_where(snapshot, predicates)}"
+    return f"SELECT object_id FROM __manifest WHERE {manifest_where(manifest_schema, predicates)}"
 
 
 def select_tables(snapshot: ManifestSnapshot, sql: str) -> set[str]:
@@ -380,22 +380,25 @@ def select_tables(snapshot: ManifestSnapshot, sql: str) -> set[str]:
     return set(out.column("object_id").to_pylist())
 
 
+_ENTRY_COLUMNS = (
+    "object_id",
+    "object_type",
+    "location",
+    "metadata",
+    "read_version",
+    "read_branch",
+    "read_tag",
+)
+
+
 def scan_manifest(snapshot: ManifestSnapshot, where: str) -> list[TableEntry]:
     """The table entries matching ``where`` (Lance dialect), read by Lance's scanner from the
     manifest version (using its scalar indexes, without reading every row)."""
-    columns = [
-        "object_id",
-        "object_type",
-        "location",
-        "metadata",
-        "read_version",
-        "read_branch",
-        "read_tag",
-    ]
     present = set(snapshot.arrow_schema.names)
+    columns = list(_ENTRY_COLUMNS)
     columns += [f.column for s in snapshot.specs.values() for f in s.fields if f.column in present]
     with snapshot.reading("querying __manifest"):
-        rows = snapshot.dataset.to_table(
+        rows = snapshot.query_dataset.to_table(
             columns=[c for c in dict.fromkeys(columns) if c in present], filter=where
         )
     return snapshot.entries(snapshot.check_unique(rows))

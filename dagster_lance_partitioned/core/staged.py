@@ -2,12 +2,12 @@
 driver commits every partition table once and then makes the single ``__manifest`` commit.
 
 Workers of one write agree on the directory of each new partition table without talking to each
-other: names are derived from the write's id and the partition values, so two workers holding
-rows of the same new partition write into the same table."""
+other: directories are derived from the write's id and the partition values (namespace names
+from the namespace's naming key, see :mod:`.naming`), so two workers holding rows of the same
+new partition write into the same table."""
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,29 +18,9 @@ from lance.fragment import FragmentMetadata
 
 from .errors import WriteError
 from .manifest import ManifestStore
+from .naming import NamespaceNaming, ensure_naming_key
 from .state import HasState, NamespaceState, load_snapshot, state_of
 from .write import PartitionWriter, PendingPartition, WriteMode, WriteResult, check_mode
-
-_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-
-def _digest(*parts: str) -> bytes:
-    return hashlib.blake2b("\x1f".join(parts).encode(), digest_size=16).digest()
-
-
-def derived_name(write_id: str, prefix: tuple[Any, ...]) -> str:
-    """A 16-character ``a-z0-9`` namespace name, the same in every worker of one write."""
-    n = int.from_bytes(_digest(write_id, "ns", repr(prefix)), "big")
-    chars = []
-    for _ in range(16):
-        n, r = divmod(n, 36)
-        chars.append(_ALPHABET[r])
-    return "".join(chars)
-
-
-def derived_location(write_id: str, key: tuple[Any, ...], object_id: str) -> str:
-    """``<8 hex>_<object_id>`` for a new partition table, the same in every worker."""
-    return f"{_digest(write_id, 'table', repr(key)).hex()[:8]}_{object_id}"
 
 
 @dataclass(frozen=True)
@@ -67,21 +47,6 @@ class StageResult:
     def rows(self) -> int:
         """Rows staged by the worker."""
         return sum(p.rows for p in self.partitions)
-
-
-class DerivedNaming:
-    """Names of the namespaces and tables a staged write creates, derived from its id (see the
-    module doc)."""
-
-    def __init__(self, write_id: str, spec_id: int) -> None:
-        self.write_id = write_id
-        self.spec_id = spec_id
-
-    def namespace_name(self, prefix: tuple[Any, ...]) -> str:
-        return derived_name(self.write_id, (self.spec_id, *prefix))
-
-    def table_location(self, object_id: str, key: tuple[Any, ...]) -> str:
-        return derived_location(self.write_id, (self.spec_id, *key), object_id)
 
 
 @dataclass(frozen=True)
@@ -111,6 +76,8 @@ class StagedWrite:
         ns.refresh()
         if ns.pinned:
             raise WriteError(f"{ns.uri} was opened at manifest version {ns.version}")
+        if ensure_naming_key(ns.store, ns.snapshot):
+            ns.refresh()
         return cls(
             ns.uri,
             ns.storage_options,
@@ -134,7 +101,7 @@ class StagedWrite:
             self.mode,
             commit_properties={**self.commit_properties, "write_id": self.write_id},
             partitions=self.partitions,
-            naming=DerivedNaming(self.write_id, ns.current_spec.spec_id),
+            naming=NamespaceNaming.of(ns.snapshot, ns.current_spec.spec_id, self.write_id),
         )
 
     @property

@@ -7,6 +7,7 @@ delegates to them, so the modules below it never need the facade."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -16,14 +17,16 @@ from .filters import FilterLike
 from .manifest import ManifestSnapshot, ManifestStore, being_created
 from .ns_schema import SCHEMA_KEY, snapshot_schema
 from .planning import ScanPlan, plan_scan
-from .spec import PartitionSpec, specs_from_metadata
+from .spec import SPEC_KEY_PREFIX, PartitionSpec, specs_from_metadata
 
 
 def load_snapshot(ds: Any) -> ManifestSnapshot:
     """One ``__manifest`` version of a partitioned namespace (refused when its metadata has no
     partition spec or schema)."""
     metadata = dict(ds.metadata)
-    specs = specs_from_metadata(metadata)
+    specs = _specs_of(
+        tuple(sorted((k, v) for k, v in metadata.items() if k.startswith(SPEC_KEY_PREFIX)))
+    )
     if being_created(ds):
         raise NotAPartitionedNamespaceError(
             f"{ds.uri}: __manifest is being created (or its creation was interrupted): it has "
@@ -38,6 +41,28 @@ def load_snapshot(ds: Any) -> ManifestSnapshot:
     if SCHEMA_KEY not in metadata:
         raise NotAPartitionedNamespaceError(f"{ds.uri}: __manifest metadata has no 'schema'")
     return ManifestSnapshot(ds, specs)
+
+
+@functools.lru_cache(maxsize=64)
+def _specs(entries: tuple[tuple[str, str], ...]) -> list[PartitionSpec]:
+    """The specs of ``__manifest`` metadata entries (parsed once per distinct text in the
+    process; callers get a list of their own)."""
+    return specs_from_metadata(dict(entries))
+
+
+def _specs_of(entries: tuple[tuple[str, str], ...]) -> list[PartitionSpec]:
+    return list(_specs(entries))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_schema(text: str) -> pa.Schema:
+    """The namespace schema of a ``schema`` metadata value (parsed once per distinct text)."""
+    return snapshot_schema(_Metadata({SCHEMA_KEY: text}), "")
+
+
+class _Metadata:
+    def __init__(self, metadata: dict[str, str]) -> None:
+        self.metadata = metadata
 
 
 class NamespaceState:
@@ -84,14 +109,21 @@ class NamespaceState:
     def schema_with_ids(self) -> pa.Schema:
         """The namespace schema of that version, with field ids."""
         if self._schema is None or self._schema[0] != self.version:
-            self._schema = (self.version, snapshot_schema(self.snapshot, self.uri))
+            text = self.snapshot.metadata.get(SCHEMA_KEY)
+            try:
+                schema = _parsed_schema(text) if text is not None else None
+            except Exception:
+                schema = None  # parsed again below, for the error naming the namespace
+            if schema is None:
+                schema = snapshot_schema(self.snapshot, self.uri)
+            self._schema = (self.version, schema)
         return self._schema[1]
 
     def refresh(self) -> NamespaceState:
         """Move to the latest manifest version (no-op when pinned); refused, staying on the
         version read, when it lists an object id twice (see :meth:`ManifestSnapshot.verify`)."""
         if not self.pinned:
-            self.snapshot = load_snapshot(self.store.open_latest()).verify()
+            self.snapshot = load_snapshot(self.store.open_latest()).verify(latest=True)
         return self
 
     def plan_scan(self, filter: FilterLike = None) -> ScanPlan:

@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
+import re
 import shutil
 import stat
-from collections.abc import Iterable
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlparse
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlparse
 
-import pyarrow.fs as pafs
+import obstore
+from obstore.store import from_url
 
-from .errors import PathEscapeError
+from .errors import (
+    PartitionedNamespaceError,
+    PathEscapeError,
+    StorageError,
+    clean_message,
+    storage_error,
+)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 DETACHED_BIT = 1 << 63  # Lance marks detached versions with the top bit
 
@@ -167,35 +183,276 @@ def local_path(uri: str) -> str | None:
 
 
 def manifest_exists(manifest_uri: str, storage_options: dict[str, str] | None = None) -> bool:
-    """Whether a ``__manifest`` directory has any version files."""
+    """Whether a ``__manifest`` directory has any version files (on an object store: one
+    listing request; a store that cannot be reached raises :class:`StorageError`)."""
     path = local_path(manifest_uri)
     if path is not None:
         return os.path.isdir(os.path.join(path, "_versions"))
+    if store_scheme(manifest_uri) not in OBJECT_STORE_SCHEMES:
+        return False  # e.g. memory://: nothing this package can list
+    loc = object_location(manifest_uri, storage_options)
+    versions = loc.key("_versions")
     try:
-        fs, p = filesystem(manifest_uri, storage_options)
-        info = fs.get_file_info(pafs.FileSelector(p + "/_versions", allow_not_found=True))
-        return bool(info)
-    except Exception:
+        for chunk in obstore.list(loc.store, versions, chunk_size=1):
+            if any(_relative(meta["path"], versions) for meta in chunk):
+                return True
         return False
+    except FileNotFoundError:
+        return False
+    except BaseException as e:
+        raise _store_error(e, manifest_uri, "looking for __manifest versions") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Object stores: obstore, the Python binding of the object_store crate Lance itself uses, so
+# Lance's storage options (and the AWS_* / GOOGLE_* / AZURE_* environment variables) configure
+# both the same way.
+
+# Schemes of the object stores obstore opens from a URL (``s3+ddb`` roots: their files are
+# plain S3, see :func:`store_scheme`).
+OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "az", "azure", "abfs", "abfss", "adl"})
+S3_SCHEMES = frozenset({"s3", "s3a"})
+# object_store's HTTP client options (``ClientConfigKey``): passed as client options; every
+# other option object_store knows configures the store itself.
+CLIENT_KEYS = frozenset(
+    {
+        "allow_http",
+        "allow_invalid_certificates",
+        "connect_timeout",
+        "default_content_type",
+        "http1_only",
+        "http2_keep_alive_interval",
+        "http2_keep_alive_timeout",
+        "http2_keep_alive_while_idle",
+        "http2_max_frame_size",
+        "http2_only",
+        "pool_idle_timeout",
+        "pool_max_idle_per_host",
+        "proxy_url",
+        "proxy_ca_certificate",
+        "proxy_excludes",
+        "randomize_addresses",
+        "timeout",
+        "user_agent",
+    }
+)
+_STORE_PREFIXES = ("aws_", "azure_", "google_")  # object_store also takes aws_timeout, ...
+DEFAULT_MAX_RETRIES = 3  # Lance option ``client_max_retries``
+DEFAULT_RETRY_TIMEOUT_S = 30.0  # Lance option ``client_retry_timeout`` (seconds)
+REGION_LOOKUP_BASE = "https://s3.amazonaws.com"
+_DELETE_BATCH = 1000  # keys per delete request (S3's DeleteObjects limit)
+_HEAD_AT_MOST = 32  # paths per directory checked with HEAD; more: one listing of it
+_THREADS = 8
+
+_stores_lock = threading.Lock()
+_store_locks: dict[tuple[Any, ...], threading.Lock] = {}
+_stores: dict[tuple[Any, ...], Any] = {}
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Lance storage options as obstore arguments."""
+
+    config: dict[str, str]  # object_store store options (``aws_endpoint``, ...)
+    client_options: dict[str, str]  # object_store HTTP client options (``allow_http``, ...)
+    retry_config: dict[str, Any]  # from Lance's ``client_max_retries``/``client_retry_timeout``
+
+
+@dataclass(frozen=True)
+class ObjectLocation:
+    """Where an object-store URI is: the store (one per process per store URL and options,
+    see :func:`object_store`), the store's URL (``s3://bucket``) and the key of the URI in it
+    (no leading or trailing ``/``; empty for the bucket itself)."""
+
+    store: Any
+    url: str
+    path: str
+
+    def key(self, relative: str) -> str:
+        """The key of ``relative`` (a ``/``-separated path) below this location."""
+        return f"{self.path}/{relative}" if self.path else relative
+
+
+def store_scheme(uri: str) -> str:
+    """The scheme of the object store holding ``uri`` (``s3+ddb`` roots, Lance's DynamoDB
+    commit store, keep their files on plain S3: ``s3``); empty for local paths."""
+    scheme = urlparse(uri).scheme.lower() if is_uri(uri) else ""
+    return "s3" if scheme == "s3+ddb" else scheme
+
+
+def object_location(uri: str, storage_options: dict[str, str] | None = None) -> ObjectLocation:
+    """The store, store URL and key of the object-store URI ``uri`` (its query, e.g. the
+    ``ddbTableName`` of an ``s3+ddb`` root, is ignored). Raises :class:`StorageError` for
+    schemes obstore does not open and for stores that cannot be opened."""
+    parsed = urlparse(uri)
+    scheme = store_scheme(uri)
+    if scheme not in OBJECT_STORE_SCHEMES:
+        raise StorageError(
+            f"{uri}: cannot list or delete files on {scheme or 'local'}:// roots here (object "
+            f"stores supported: {', '.join(sorted(OBJECT_STORE_SCHEMES))})",
+            namespace=uri,
+            path=uri,
+        )
+    url = f"{scheme}://{parsed.netloc}"
+    return ObjectLocation(object_store(url, storage_options), url, unquote(parsed.path).strip("/"))
+
+
+def object_store(url: str, storage_options: dict[str, str] | None = None) -> Any:
+    """The obstore store of the store URL ``url`` (``s3://bucket``, ``az://container``, ...)
+    configured from Lance ``storage_options``: one per process per URL and options, shared by
+    every thread (its HTTP connections are reused), built on first use."""
+    options = {k.lower(): str(v) for k, v in (storage_options or {}).items()}
+    key = (url, tuple(sorted(options.items())))
+    with _stores_lock:
+        store = _stores.get(key)
+        if store is not None:
+            return store
+        lock = _store_locks.setdefault(key, threading.Lock())
+    with lock:  # one build per store; other stores are not held up by it
+        store = _stores.get(key)
+        if store is None:
+            store = _open_store(url, options)
+            with _stores_lock:
+                _stores[key] = store
+    return store
+
+
+def clear_store_cache() -> None:
+    """Forget every store :func:`object_store` built (the next use builds them again)."""
+    with _stores_lock:
+        _stores.clear()
+        _store_locks.clear()
+
+
+def _open_store(url: str, options: dict[str, str]) -> Any:
+    cfg = store_config(url, options)
+    config = dict(cfg.config)
+    if store_scheme(url) in S3_SCHEMES:
+        region = _s3_region(urlparse(url).netloc, config)
+        if region:
+            config["aws_region"] = region
+    try:
+        return from_url(  # type: ignore[call-overload]  # config dicts built at run time
+            url,
+            config=config or None,
+            client_options=cfg.client_options or None,
+            retry_config=cfg.retry_config,
+        )
+    except BaseException as e:
+        raise _store_error(e, url, "opening the object store") from None
+
+
+def store_config(url: str, options: dict[str, str]) -> StoreConfig:
+    """Lance storage options (lower-case names) as obstore store config, HTTP client options
+    and retry config. Options only Lance knows (``download_retry_count``, ...) are left out,
+    as Lance leaves them out of its object_store; ``aws_timeout`` and the like are client
+    options under their plain names."""
+    config: dict[str, str] = {}
+    client: dict[str, str] = {}
+    for key, value in options.items():
+        bare = next((key[len(p) :] for p in _STORE_PREFIXES if key.startswith(p)), key)
+        if key in CLIENT_KEYS or bare in CLIENT_KEYS:
+            client[bare] = value
+            continue
+        if key in ("client_max_retries", "client_retry_timeout"):
+            continue  # the retry config below
+        try:
+            from_url(url, config={key: value})  # type: ignore[call-overload]
+        except BaseException as e:  # pyo3 panics derive from BaseException
+            name = type(e).__name__
+            if name == "UnknownConfigurationKeyError":
+                continue  # not an object_store option
+            if name == "PanicException":
+                client[key] = value  # a client option object_store parses as a store key
+                continue
+            if not isinstance(e, Exception):
+                raise
+        config[key] = value
+    for key in list(client):
+        try:
+            from_url(url, client_options={key: client[key]})  # type: ignore[call-overload]
+        except ValueError:
+            del client[key]  # not a client option either
+        except Exception:
+            pass  # a valid key; the real open reports what is wrong
+    try:
+        retries = int(options.get("client_max_retries", DEFAULT_MAX_RETRIES))
+        timeout = float(options.get("client_retry_timeout", DEFAULT_RETRY_TIMEOUT_S))
+    except ValueError as e:
+        raise StorageError(
+            f"{url}: client_max_retries must be an integer and client_retry_timeout a number "
+            f"of seconds: {e}",
+            namespace=url,
+        ) from None
+    retry = {"max_retries": retries, "retry_timeout": datetime.timedelta(seconds=timeout)}
+    return StoreConfig(config, client, retry)
+
+
+def _s3_region(
+    bucket: str, config: Mapping[str, str], lookup_base: str = REGION_LOOKUP_BASE
+) -> str | None:
+    """The bucket's region when neither the options nor the environment give a region or an
+    endpoint (looked up with HeadBucket, as Lance does); None otherwise or when unknown."""
+    given = {k for k in config if "region" in k or "endpoint" in k}
+    env = {k for k in os.environ if k.startswith("AWS_") and ("REGION" in k or "ENDPOINT" in k)}
+    if given or env:
+        return None
+    return bucket_region(bucket, lookup_base)
+
+
+def bucket_region(bucket: str, lookup_base: str = REGION_LOOKUP_BASE) -> str | None:
+    """The ``x-amz-bucket-region`` of ``bucket`` from a HeadBucket request to ``lookup_base``
+    (None when the request gives none)."""
+    request = urllib.request.Request(f"{lookup_base.rstrip('/')}/{bucket}", method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            region = response.headers.get("x-amz-bucket-region")
+            return str(region) if region else None
+    except urllib.error.HTTPError as e:  # 301/403 still name the region
+        return e.headers.get("x-amz-bucket-region")
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+_SECRET_PARAMS = re.compile(
+    r"(?i)\b(sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|"
+    r"x-goog-signature|x-goog-credential)=[^&\s\"']+"
+)
+
+
+def store_message(error: BaseException | str) -> str:
+    """An obstore error's message: no Rust debug dump, no signatures from request URLs."""
+    text = str(error).split("\n\nDebug source:", 1)[0]
+    return clean_message(_SECRET_PARAMS.sub(r"\1=<redacted>", text))
+
+
+def _store_error(error: BaseException, uri: str, what: str) -> StorageError:
+    """``error`` (raised by obstore) as :class:`StorageError`; errors of this package and
+    interrupts are raised as they are."""
+    if isinstance(error, PartitionedNamespaceError):
+        raise error
+    if not isinstance(error, Exception) and type(error).__name__ != "PanicException":
+        raise error  # KeyboardInterrupt, SystemExit, ...
+    return storage_error(RuntimeError(store_message(error)), uri, what)
+
+
+def _relative(path: str, prefix: str) -> str:
+    """``path`` (a key the store listed under ``prefix``) relative to ``prefix``; empty for
+    the prefix itself (a directory marker object)."""
+    if not prefix:
+        return path
+    return path[len(prefix) + 1 :] if path.startswith(prefix + "/") else ""
+
+
+def _parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    if len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(_THREADS, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 # --------------------------------------------------------------------------------------------
 # Listing and deleting (maintenance and health checks)
-
-# Lance storage-option names -> pyarrow S3FileSystem arguments (best effort; other options are
-# left to pyarrow's own configuration, e.g. the AWS_* environment variables).
-_S3_OPTIONS = {
-    "aws_access_key_id": "access_key",
-    "access_key_id": "access_key",
-    "aws_secret_access_key": "secret_key",
-    "secret_access_key": "secret_key",
-    "aws_session_token": "session_token",
-    "session_token": "session_token",
-    "aws_region": "region",
-    "region": "region",
-    "aws_endpoint": "endpoint_override",
-    "endpoint": "endpoint_override",
-}
 
 
 @dataclass(frozen=True)
@@ -205,35 +462,6 @@ class FileEntry:
     path: str  # relative to the listed directory, ``/``-separated
     size: int
     mtime: float  # seconds since the epoch
-
-
-def filesystem(
-    uri: str, storage_options: dict[str, str] | None = None
-) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem and the path of ``uri`` in it (local paths, ``file://``, and the
-    object stores pyarrow knows; S3 credentials and endpoint are taken from ``storage_options``
-    when given there under Lance's names)."""
-    local = local_path(uri)
-    if local is not None:
-        return pafs.LocalFileSystem(), local
-    parsed = urlparse(uri)
-    if parsed.scheme == "s3+ddb":  # Lance's DynamoDB commit store: the files are plain S3
-        parsed = parsed._replace(scheme="s3", query="")
-        uri = parsed.geturl()
-    if parsed.scheme in ("s3", "s3a") and storage_options:
-        kwargs: dict[str, Any] = {}
-        for key, value in storage_options.items():
-            arg = _S3_OPTIONS.get(key.lower())
-            if arg is not None:
-                kwargs[arg] = value
-        endpoint = kwargs.get("endpoint_override")
-        if isinstance(endpoint, str) and "://" in endpoint:
-            scheme, _, host = endpoint.partition("://")
-            kwargs["endpoint_override"], kwargs["scheme"] = host, scheme
-        if kwargs:
-            return pafs.S3FileSystem(**kwargs), f"{parsed.netloc}{parsed.path}".rstrip("/")
-    fs, path = pafs.FileSystem.from_uri(uri)
-    return fs, path.rstrip("/")
 
 
 def list_files(uri: str, storage_options: dict[str, str] | None = None) -> list[FileEntry]:
@@ -250,7 +478,8 @@ def list_tree(
 
     On local paths a link -- to a file or a directory, wherever it points -- is neither listed
     as a file nor descended into, so nothing a listing hands to a deletion lies behind a link.
-    Object stores have no links (always none)."""
+    Object stores have no links (always none); there the listing is one recursive listing of
+    the prefix (paginated)."""
     base = local_path(uri)
     if base is None:
         return _list_remote(uri, storage_options), []
@@ -282,17 +511,20 @@ def list_tree(
 
 
 def _list_remote(uri: str, storage_options: dict[str, str] | None) -> list[FileEntry]:
-    fs, base = filesystem(uri, storage_options)
-    selector = pafs.FileSelector(base, allow_not_found=True, recursive=True)
+    loc = object_location(uri, storage_options)
     out = []
-    prefix = base.rstrip("/") + "/"
-    for info in fs.get_file_info(selector):
-        if info.type != pafs.FileType.File:
-            continue
-        rel = info.path[len(prefix) :] if info.path.startswith(prefix) else info.base_name
-        mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
-        out.append(FileEntry(rel, int(info.size or 0), mtime))
-    return out
+    try:
+        for chunk in obstore.list(loc.store, loc.path or None, chunk_size=1000):
+            for meta in chunk:
+                rel = _relative(meta["path"], loc.path)
+                if rel:
+                    mtime = meta["last_modified"].timestamp()
+                    out.append(FileEntry(rel, int(meta["size"]), float(mtime)))
+    except FileNotFoundError:
+        return []
+    except BaseException as e:
+        raise _store_error(e, uri, "listing files") from None
+    return sorted(out, key=lambda f: f.path)
 
 
 def mtime(uri: str, storage_options: dict[str, str] | None = None) -> float | None:
@@ -304,30 +536,89 @@ def mtime(uri: str, storage_options: dict[str, str] | None = None) -> float | No
             return float(os.lstat(local).st_mtime)
         except OSError:
             return None
-    fs, path = filesystem(uri, storage_options)
-    info = fs.get_file_info(path)
-    if info.type == pafs.FileType.NotFound or info.mtime is None:
+    loc = object_location(uri, storage_options)
+    if not loc.path:
+        return None  # a bucket
+    try:
+        meta = obstore.head(loc.store, loc.path)
+    except FileNotFoundError:
         return None
-    return float(info.mtime.timestamp())
+    except BaseException as e:
+        raise _store_error(e, uri, "reading the modification time") from None
+    return float(meta["last_modified"].timestamp())
 
 
-def list_dirs(uri: str, storage_options: dict[str, str] | None = None) -> list[str]:
+def list_dirs(
+    uri: str, storage_options: dict[str, str] | None = None, links: bool = False
+) -> list[str]:
     """Names of the immediate subdirectories of ``uri`` (empty when it does not exist); on
-    local paths symbolic links are not listed, even to directories."""
+    local paths symbolic links are not listed, even to directories (with ``links``: links to
+    directories are). On object stores: the common prefixes of one delimited listing."""
     local = local_path(uri)
     if local is not None:
         try:
             with os.scandir(local) as entries:
-                return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+                return sorted(
+                    e.name
+                    for e in entries
+                    if e.is_dir(follow_symlinks=False) or (links and e.is_dir())
+                )
         except (FileNotFoundError, NotADirectoryError):
             return []
-    fs, base = filesystem(uri, storage_options)
-    selector = pafs.FileSelector(base, allow_not_found=True, recursive=False)
-    return sorted(
-        info.base_name
-        for info in fs.get_file_info(selector)
-        if info.type == pafs.FileType.Directory
-    )
+    loc = object_location(uri, storage_options)
+    try:
+        found = obstore.list_with_delimiter(loc.store, loc.path or None)
+    except FileNotFoundError:
+        return []
+    except BaseException as e:
+        raise _store_error(e, uri, "listing directories") from None
+    names = {_relative(p.rstrip("/"), loc.path) for p in found["common_prefixes"]}
+    return sorted(n for n in names if n and "/" not in n)
+
+
+def is_dir(uri: str, storage_options: dict[str, str] | None = None) -> bool:
+    """Whether ``uri`` is a directory: locally (links followed), an existing one; on an object
+    store, a bucket that can be listed or a prefix with an object below it."""
+    local = local_path(uri)
+    if local is not None:
+        return os.path.isdir(local)
+    loc = object_location(uri, storage_options)
+    try:
+        for chunk in obstore.list(loc.store, loc.path or None, chunk_size=1):
+            if not loc.path or any(_relative(m["path"], loc.path) for m in chunk):
+                return True
+        return not loc.path
+    except FileNotFoundError:
+        return False
+    except BaseException as e:
+        raise _store_error(e, uri, "listing") from None
+
+
+def file_sizes(
+    uri: str, paths: Iterable[str], storage_options: dict[str, str] | None = None
+) -> dict[str, int]:
+    """Sizes of the files ``paths`` (relative to the directory ``uri``) that exist; locally
+    links are followed, on object stores one HEAD request per file (a few at a time)."""
+    wanted = sorted(set(paths))
+    local = local_path(uri)
+    if local is not None:
+        out = {}
+        for rel in wanted:
+            with contextlib.suppress(OSError):
+                out[rel] = int(os.stat(os.path.join(local, rel)).st_size)
+        return out
+    loc = object_location(uri, storage_options)
+
+    def size(rel: str) -> int | None:
+        try:
+            return int(obstore.head(loc.store, loc.key(rel))["size"])
+        except FileNotFoundError:
+            return None
+        except BaseException as e:
+            raise _store_error(e, uri, f"reading the size of {rel}") from None
+
+    sizes = _parallel(size, wanted)
+    return {rel: s for rel, s in zip(wanted, sizes, strict=True) if s is not None}
 
 
 def delete_files(
@@ -337,19 +628,81 @@ def delete_files(
 
     On local paths no link is followed: a path that is a symbolic link removes the link (never
     its target), and a path whose directories below ``uri`` (or ``uri`` itself) pass through a
-    link raises :class:`PathEscapeError` before anything is deleted through it."""
+    link raises :class:`PathEscapeError` before anything is deleted through it.
+
+    On object stores the files that exist are found first (a HEAD per file, or one listing of
+    a directory holding many of them), then deleted in batches (S3 ``DeleteObjects`` and
+    Azure blob batches of up to 1000 keys, a few batches at a time)."""
     local = local_path(uri)
     if local is not None:
         return _delete_local_files(local, paths)
-    fs, base = filesystem(uri, storage_options)
-    removed = 0
-    for rel in paths:
+    wanted = sorted(set(paths))
+    for rel in wanted:
+        problem = location_problem(rel)
+        if problem is not None:
+            raise PathEscapeError(f"{uri}: refusing to delete {rel!r} ({problem})", None, rel)
+    if not wanted:
+        return 0
+    loc = object_location(uri, storage_options)
+    existing = _existing(loc, uri, [loc.key(rel) for rel in wanted])
+    _delete_keys(loc, uri, existing)
+    return len(existing)
+
+
+def _existing(loc: ObjectLocation, uri: str, keys: list[str]) -> list[str]:
+    """Those of ``keys`` that exist: per directory, HEAD requests for a few keys, one listing
+    (with a delimiter: that directory only) for many."""
+    by_parent: dict[str, list[str]] = {}
+    for key in keys:
+        by_parent.setdefault(key.rpartition("/")[0], []).append(key)
+
+    def exists(key: str) -> bool:
         try:
-            fs.delete_file(f"{base.rstrip('/')}/{rel}")
+            obstore.head(loc.store, key)
+            return True
         except FileNotFoundError:
-            continue
-        removed += 1
-    return removed
+            return False
+        except BaseException as e:
+            raise _store_error(e, uri, f"looking for {key}") from None
+
+    def listed(parent: str) -> set[str]:
+        try:
+            found = obstore.list_with_delimiter(loc.store, parent or None)
+        except FileNotFoundError:
+            return set()
+        except BaseException as e:
+            raise _store_error(e, uri, f"listing {parent or loc.url}") from None
+        return {meta["path"] for meta in found["objects"]}
+
+    few = [k for group in by_parent.values() if len(group) <= _HEAD_AT_MOST for k in group]
+    many = [p for p, group in by_parent.items() if len(group) > _HEAD_AT_MOST]
+    out = [k for k, there in zip(few, _parallel(exists, few), strict=True) if there]
+    for parent, present in zip(many, _parallel(listed, many), strict=True):
+        out += [k for k in by_parent[parent] if k in present]
+    return sorted(out)
+
+
+def _delete_keys(loc: ObjectLocation, uri: str, keys: list[str]) -> None:
+    """Delete ``keys`` in batches, a few batches at a time; keys already gone are no error
+    (a batch a store refuses for a missing key -- Azure, GCS -- is deleted key by key)."""
+
+    def one(key: str) -> None:
+        try:
+            obstore.delete(loc.store, key)
+        except FileNotFoundError:
+            pass
+        except BaseException as e:
+            raise _store_error(e, uri, f"deleting {key}") from None
+
+    def batch(keys: list[str]) -> None:
+        try:
+            obstore.delete(loc.store, keys)
+        except FileNotFoundError:
+            _parallel(one, keys)
+        except BaseException as e:
+            raise _store_error(e, uri, f"deleting {len(keys)} files") from None
+
+    _parallel(batch, [keys[i : i + _DELETE_BATCH] for i in range(0, len(keys), _DELETE_BATCH)])
 
 
 def _delete_local_files(base: str, paths: Iterable[str]) -> int:
@@ -392,7 +745,8 @@ def _delete_local_files(base: str, paths: Iterable[str]) -> int:
 def delete_tree(uri: str, storage_options: dict[str, str] | None = None) -> None:
     """Delete the directory ``uri`` and everything under it (no error when it is gone). On local
     paths no link is followed: when ``uri`` is a symbolic link only the link goes, and links
-    below it are removed as links, their targets untouched."""
+    below it are removed as links, their targets untouched. On object stores: one listing of
+    the prefix, then batched deletes (a bucket or container itself is never emptied)."""
     local = local_path(uri)
     if local is not None:
         if os.path.islink(local):
@@ -402,9 +756,22 @@ def delete_tree(uri: str, storage_options: dict[str, str] | None = None) -> None
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(local)
         return
-    fs, base = filesystem(uri, storage_options)
-    with contextlib.suppress(FileNotFoundError):
-        fs.delete_dir(base)
+    loc = object_location(uri, storage_options)
+    if not loc.path:
+        raise PathEscapeError(
+            f"{uri}: refusing to delete everything in the bucket or container", None, uri
+        )
+    try:
+        keys = [
+            meta["path"]
+            for chunk in obstore.list(loc.store, loc.path, chunk_size=1000)
+            for meta in chunk
+        ]
+    except FileNotFoundError:
+        return
+    except BaseException as e:
+        raise _store_error(e, uri, "listing files to delete") from None
+    _delete_keys(loc, uri, sorted(keys))
 
 
 def relative_to(root: str, location: str) -> str | None:

@@ -34,10 +34,11 @@ def build_lance_partitioned_checks(
     history: int | None = 50,
 ) -> list[dg.AssetChecksDefinition]:
     """Asset checks for every asset: ``schema`` (partition tables agree with the namespace
-    schema), ``read_versions`` (every pinned version is readable; uncommitted versions and
-    orphan tables are reported), ``integrity`` (rows of ``integrity_sample`` partitions, or all
-    with None, lie in the partition the manifest says) and ``coverage`` (materialized Dagster
-    keys and registered partitions agree).
+    schema), ``read_versions`` (every pinned version is readable, no uncommitted versions,
+    no orphan table older than vacuum's grace; younger ones are reported), ``integrity``
+    (rows of ``integrity_sample`` partitions, or all with None, lie in the partition the
+    manifest says) and ``coverage`` (materialized Dagster keys and registered partitions
+    agree).
 
     An asset's checks run together in one step (one definition per asset, named
     ``<asset>_lance_checks``), reading its namespace once; any subset of them can be run.
@@ -193,16 +194,22 @@ def _read_versions(w: WatchedAsset, ns: PartitionedNamespace, history: int | Non
         parts.append(f"{len(issues)} registered table(s) cannot be read at their pinned version")
     if uncommitted:
         parts.append(f"{len(uncommitted)} table(s) hold versions no manifest commit references")
+    stale = [o for o in orphans if o.stale()]
     if orphans:
         oldest = max(o.age_seconds for o in orphans) / 3600
-        parts.append(f"{len(orphans)} orphan table(s), the oldest {oldest:.1f} h old")
+        parts.append(
+            f"{len(orphans)} orphan table(s), the oldest {oldest:.1f} h old "
+            f"({len(stale)} older than vacuum's grace of "
+            f"{health.ORPHAN_GRACE.total_seconds() / 3600:g} h)"
+        )
     return _result(
-        not issues and not uncommitted,
+        not issues and not uncommitted and not stale,
         "; ".join(parts) or "every pinned version is readable; no uncommitted writes or orphans",
         tables_checked=len(specs),
         unreadable=_shown(broken),
         uncommitted=_shown(pending),
         orphan_tables=len(orphans),
+        stale_orphan_tables=len(stale),
         orphan_bytes=sum(o.bytes for o in orphans),
         oldest_orphan_hours=round(max((o.age_seconds for o in orphans), default=0) / 3600, 2),
         orphans=_shown(

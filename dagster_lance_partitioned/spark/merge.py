@@ -43,6 +43,7 @@ from ..core import arrow_json
 from ..core.errors import CommitConflictError, MergeKeyError, WriteError
 from ..core.filters import FilterLike
 from ..core.namespace import PartitionedNamespace
+from ..core.naming import NAMING_KEY, ensure_naming_key
 from ..core.row_changes import (
     Counts,
     RowChangeResult,
@@ -108,7 +109,8 @@ def merge_dataframe(
     try:
         error: StaleChangeError | None = None
         for _attempt in range(MAX_ATTEMPTS):
-            state.refresh()
+            if ensure_naming_key(state.store, state.refresh().snapshot):
+                state.refresh()
             job = plan_job(state, opts)
             base = state.snapshot
             # a key's rows may go to several partitions: checked before, not in the tasks
@@ -187,6 +189,7 @@ def plan_job(state: NamespaceState, opts: MergeOptions) -> MergeJob:
         tuple(search),
         scoped,
         confined,
+        snap.metadata.get(NAMING_KEY),
     )
 
 

@@ -31,8 +31,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core import arrow_json
+from ..core.concurrency import table_threads
 from ..core.conform import conform_for_write, table_write_schema
 from ..core.health import parallel_map
+from ..core.naming import derived_name, keyed_name
 from ..core.partitioner import SpecEvaluator
 from ..core.planning import ScanTask
 from ..core.row_changes import (
@@ -44,10 +46,8 @@ from ..core.row_changes import (
     new_table_location,
 )
 from ..core.row_changes import keys as K
-from ..core.row_changes.commit import TABLE_THREADS
 from ..core.row_changes.merge import check_keys, check_null_keys, confined_error
 from ..core.spec import PartitionSpec
-from ..core.staged import derived_name
 from .result import carried, key_text
 from .types import conform_batch
 
@@ -76,11 +76,14 @@ class MergeJob:
     search: tuple[str, ...] = ()  # routes of the tables searched for keys stored elsewhere
     scoped: frozenset[str] = frozenset()  # routes of the tables ``scope`` selects
     confined: frozenset[str] | None = None  # routes of the tables ``confine`` selects
+    naming_key: str | None = None  # of the namespace (see core.naming)
 
     # -- naming ----------------------------------------------------------------------------
     def name_of(self, prefix: tuple[Any, ...]) -> str:
         """The name of the partition namespace of a new partition at ``prefix`` (the same in
         every task and on the driver)."""
+        if self.naming_key is not None:
+            return keyed_name(self.naming_key, self.spec.spec_id, prefix)
         return derived_name(self.merge_id, (self.spec.spec_id, *prefix))
 
     @staticmethod
@@ -156,7 +159,7 @@ class MergeJob:
             idx = order[bounds[i] : bounds[i + 1]]
             left, right = idx[kinds[idx] == 0], idx[kinds[idx] != 0]
             groups.append((route, data.take(pa.array(left)), data.take(pa.array(right))))
-        messages = parallel_map(lambda g: self._apply(*g), groups, TABLE_THREADS)
+        messages = parallel_map(lambda g: self._apply(*g), groups, table_threads(self.root))
         payloads = [b"" if m is None else pickle.dumps(m, protocol=5) for m in messages]
         yield pa.RecordBatch.from_pydict(
             {"route": [g[0] for g in groups], "message": payloads},

@@ -143,8 +143,9 @@ def test_uris_with_a_query_keep_it_on_every_table() -> None:
     assert storage.table_uri(root, "abcd1234_v1$x$dataset", "v1$x$dataset") == (
         "s3+ddb://bucket/lake/ns/abcd1234_v1$x$dataset?ddbTableName=commits"
     )
-    fs, path = storage.filesystem(
+    loc = storage.object_location(
         storage.join(root, "__manifest"),
         {"aws_endpoint": "http://127.0.0.1:1", "aws_region": "us-east-1"},
     )
-    assert fs.type_name == "s3" and path == "bucket/lake/ns/__manifest"
+    assert (loc.url, loc.path) == ("s3://bucket", "lake/ns/__manifest")
+    assert type(loc.store).__name__ == "S3Store"

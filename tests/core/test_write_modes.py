@@ -165,3 +165,28 @@ def test_operation_groups_name_the_namespace_in_storage_errors(tmp_path):
     with pytest.raises(StorageError, match=r"compacting .*failed") as info:
         ns.maintenance.compact()
     assert info.value.namespace == ns.uri
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["core", "staged"])
+def test_an_append_lands_on_exactly_the_registered_version(tmp_path, staged) -> None:
+    """A version on a table's main line that no manifest registers (a killed writer's, another
+    tool's) never leaks into an append built on the registered one."""
+    import os
+
+    import lance
+
+    ns = PartitionedNamespace.create(tmp_path / "ns", SCHEMA, [PartitionField.identity("country")])
+    ns.write(_rows(0, "US"))
+    (us,) = ns.inspect.partitions()
+    uri = os.path.join(ns.uri, us["location"])
+    lance.write_dataset(_rows(900, "US"), uri, mode="append")  # main line moves on
+    assert lance.dataset(uri).version > us["read_version"]
+    if staged:
+        staged_write = StagedWrite.begin(ns, "append")
+        staged_write.commit([staged_write.stage(_rows(10, "US").to_batches())])
+    else:
+        ns.write(_rows(10, "US"))
+    ids = sorted(r["id"] for r in ns.refresh().to_table().to_pylist())
+    assert ids == [0, 1, 10, 11]
+    (after,) = ns.inspect.partitions()
+    assert after["read_version"] >= 1 << 63  # a detached version

@@ -62,11 +62,15 @@ class DelayProxy:
         self._counts: dict[str, int] = {}
         # request body bytes up, response body bytes down, requests with If-(None-)Match
         self._stats = dict.fromkeys(_STATS, 0)
+        self.log: list[tuple[str, str]] = []  # (kind, path) of every request, in order
         self._lock = threading.Lock()
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive; "Connection: close" is honoured
+            # without it, Nagle's algorithm and delayed ACKs add ~45 ms to every response with
+            # a body on a reused connection, on top of the latency the proxy adds on purpose
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: object) -> None:  # quiet
                 pass
@@ -76,6 +80,7 @@ class DelayProxy:
                 kind = request_kind(self.command, self.path)
                 with proxy._lock:
                     proxy._counts[kind] = proxy._counts.get(kind, 0) + 1
+                    proxy.log.append((kind, self.path))
                     proxy._stats["bytes_sent"] += len(body)
                     if self.headers.get("If-None-Match") or self.headers.get("If-Match"):
                         proxy._stats["conditional"] += 1
@@ -172,6 +177,7 @@ class DelayProxy:
         with self._lock:
             self._counts.clear()
             self._stats = dict.fromkeys(_STATS, 0)
+            self.log.clear()
 
     def start(self) -> DelayProxy:
         self._thread.start()
@@ -209,6 +215,8 @@ def _serve(conn: Any, latency: float) -> None:
             elif cmd[0] == "reset":
                 proxy.reset()
                 conn.send(None)
+            elif cmd[0] == "log":
+                conn.send(list(proxy.log))
             elif cmd[0] == "latency":
                 proxy.latency = float(cmd[1])
                 conn.send(None)
@@ -247,6 +255,10 @@ class S3ProxyProcess:
 
     def reset(self) -> None:
         self._call("reset")
+
+    def log(self) -> list[tuple[str, str]]:
+        """(kind, path) of every request since the last reset, in order."""
+        return list(self._call("log"))
 
     def set_latency(self, seconds: float) -> None:
         self._call("latency", seconds)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import textwrap
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from dagster_graphql.test.utils import (
 )
 
 from dagster_lance_partitioned import PartitionedNamespace
+from dagster_lance_partitioned.cli import main as cli_main
 from dagster_lance_partitioned.core.history import commits
 
 pytestmark = [
@@ -188,6 +190,13 @@ def test_multi_partitioned_backfill_runs_and_commits(env):
     ns = PartitionedNamespace.open(root / "events")
     assert ns.count_rows() == 15 * 4
     assert len(ns.partitions()) == 15
+    # the three runs ran side by side, creating the same day namespaces: each registered its
+    # tables where it wrote them (no copies, no orphans), and the health check is clean
+    directories = {d for d in os.listdir(root / "events") if d != "__manifest"}
+    assert directories == {p["location"] for p in ns.partitions()}
+    assert len({p["object_id"].split("$")[1] for p in ns.partitions()}) == 5  # one per day
+    assert ns.inspect.find_orphans() == []
+    assert cli_main(["check", str(root / "events")]) == 0
     materialized = instance.get_materialized_partitions(dg.AssetKey("events"))
     assert materialized == set(_keys(days, ["a", "b", "c"]))
     # each key's event: its own table version, keyed by the key, as text; the commit's version

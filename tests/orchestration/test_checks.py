@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import time
 
 import dagster as dg
 import lance
@@ -148,6 +149,23 @@ def test_read_version_check_reports_a_missing_table_and_counts_orphans(lake):
     ]
     assert meta(got, "orphan_tables") == 1
     assert meta(got, "orphans")[0]["location"].startswith("0badc0de_")
+
+
+def test_read_version_check_fails_only_on_orphans_older_than_the_grace(lake):
+    """Young orphans are writes in flight: reported, not a failure (as `lance-partitioned
+    check` counts them); one older than vacuum's grace fails the check."""
+    orphan = os.path.join(lake.ns.uri, "0badc0de_v1$orphanorphanorph$dataset")
+    lance.write_dataset(day_rows("2013-01-09"), orphan)
+    got = lake.run_checks()["lance_read_version_consistency"]
+    assert got.passed
+    assert meta(got, "orphan_tables") == 1 and meta(got, "stale_orphan_tables") == 0
+    old = time.time() - 8 * 24 * 3600
+    for dirpath, _dirs, names in os.walk(orphan):
+        for name in [*names, "."]:
+            os.utime(os.path.join(dirpath, name), (old, old))
+    got = lake.run_checks()["lance_read_version_consistency"]
+    assert not got.passed
+    assert meta(got, "stale_orphan_tables") == 1
 
 
 def test_integrity_check_finds_a_row_in_the_wrong_partition(lake):

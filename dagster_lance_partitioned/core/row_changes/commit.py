@@ -33,10 +33,10 @@ from ..manifest import (
     ManifestStore,
     delete_empty_namespaces,
     partition_field_columns,
-    random_name,
     table_location,
 )
 from ..manifest_ops import ManifestEdit
+from ..naming import NamespaceNaming, ensure_naming_key
 from ..planning import ScanTask
 from ..spec import PartitionSpec
 from ..state import NamespaceState, load_snapshot
@@ -48,7 +48,6 @@ from .plan import ChangePlan, Key
 
 # Re-plans in which a touched partition had moved, before giving up with CommitConflictError.
 MAX_REDO = 8
-TABLE_THREADS = 8  # partition tables changed concurrently (Lance releases the GIL)
 
 NameOf = Callable[[Key], str]  # the name of a new partition namespace at a key prefix
 
@@ -104,7 +103,7 @@ class Counts:
 class _Round:
     """State kept across the re-plans of one core operation."""
 
-    names: dict[Key, str] = field(default_factory=dict)  # new partition namespace names
+    naming: NamespaceNaming | None = None  # of new partition namespaces (set by the first round)
     locations: dict[Key, str] = field(default_factory=dict)  # new table locations
     result: RowChangeResult | None = None
     epoch: int | None = None  # retirement epoch up to which the versions made are checked
@@ -122,7 +121,8 @@ class _Round:
         self.locations = {k: loc for k, loc in self.locations.items() if loc not in gone}
 
     def name_of(self, prefix: Key) -> str:
-        return self.names.setdefault(prefix, random_name())
+        assert self.naming is not None
+        return self.naming.namespace_name(prefix)
 
 
 class _NothingToCommit(Exception):
@@ -147,6 +147,8 @@ def run(
     """Plan with ``build`` on the latest manifest, make the detached versions and commit them
     in one manifest commit (re-planned on conflicts, see the module doc)."""
     store = ns.store
+    if ensure_naming_key(store, ns.refresh().snapshot):
+        ns.refresh()
     executor = executor or TableExecutor(ns.uri, store.storage_options)
     state = _Round()
     rounds = [0, 0]  # planning rounds, rounds that had to redo a partition
@@ -156,6 +158,8 @@ def run(
         state.forget_retired(store, snap, executor)
         at = NamespaceState(store, snap, pinned=True)
         p = ChangePlan(snap, ns.uri, at.schema_with_ids, at.current_spec)
+        if state.naming is None or state.naming.spec_id != p.spec.spec_id:
+            state.naming = NamespaceNaming.of(snap, p.spec.spec_id)
         build(p)
         before = executor.misses
         edit = _materialize(p, executor, operation, state)
@@ -226,7 +230,9 @@ def _materialize(
     """Make the detached versions and new tables of ``p``; the manifest edit registering them
     (None when nothing changes)."""
     items = list(p.changes.values())
-    applied = parallel_map(lambda it: executor.apply(it[0], it[1], p.schema), items, TABLE_THREADS)
+    applied = parallel_map(
+        lambda it: executor.apply(it[0], it[1], p.schema), items, executor.threads
+    )
     counts = Counts(p.inserted, p.updated, p.deleted, p.moved)
     outcomes: list[TableOutcome] = []
     for (task, change), done in zip(items, applied, strict=True):
@@ -244,7 +250,7 @@ def _materialize(
         )
         location = state.locations.setdefault(key, new_table_location(p.spec, key, state.name_of))
         jobs.append((key, location, rows))
-    made = parallel_map(lambda j: executor.create(j[1], j[2]), jobs, TABLE_THREADS)
+    made = parallel_map(lambda j: executor.create(j[1], j[2]), jobs, executor.threads)
     for (key, location, rows), version in zip(jobs, made, strict=True):
         outcomes.append(TableOutcome(None, None, version, rows.num_rows, key, location))
     edit, result = manifest_edit(

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 
 import pyarrow as pa
 
+from ..concurrency import table_threads
 from ..errors import WriteError
 from ..filters import FilterLike, to_sql
 from ..filters import check as check_filter
@@ -14,7 +15,7 @@ from ..planning import ScanTask
 from ..scan import count_matching
 from ..state import HasState, NamespaceState, state_of
 from .change import RowChangeResult
-from .commit import TABLE_THREADS, run
+from .commit import run
 from .executor import TableExecutor
 from .plan import ChangePlan
 
@@ -51,7 +52,7 @@ def delete_rows(
 
     def build(p: ChangePlan) -> None:
         tasks = p.tasks(sql)
-        found = parallel_map(lambda t: count(t, p.schema), tasks, TABLE_THREADS)
+        found = parallel_map(lambda t: count(t, p.schema), tasks, table_threads(ns.uri))
         for task, (matching, rows) in zip(tasks, found, strict=True):
             if matching == 0:
                 continue

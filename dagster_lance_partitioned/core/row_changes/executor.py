@@ -30,6 +30,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata, write_fragments
 
 from .. import arrow_json, retire, storage
+from ..concurrency import table_threads
 from ..conform import conform_for_write, same_layout, table_write_schema
 from ..errors import PartitionReadError, WriteError, is_storage_failure, storage_error
 from ..planning import ScanTask
@@ -56,6 +57,7 @@ class TableExecutor:
         self._done: dict[tuple[str, int], list[tuple[TableChange, Applied]]] = {}
         self._created: dict[str, tuple[pa.Table, int]] = {}
         self.misses = 0  # changes and creations actually made (not reused)
+        self.threads = table_threads(root)  # tables changed at once
         self._native: dict[tuple[Any, ...], bool] = {}
         self._schemas: dict[int, tuple[pa.Schema, pa.Schema, pa.Schema]] = {}
 

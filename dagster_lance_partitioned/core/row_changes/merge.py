@@ -25,7 +25,7 @@ from ..state import HasState, NamespaceState, state_of
 from ..write import as_reader
 from . import keys as K
 from .change import RowChangeResult
-from .commit import TABLE_THREADS, run
+from .commit import run
 from .executor import TableExecutor
 from .plan import ChangePlan, Key, first_unknown, keys_cover_partitions
 
@@ -229,7 +229,7 @@ def plan_merge(p: ChangePlan, src: pa.Table, opts: MergeOptions, executor: Table
     elsewhere = np.zeros(src.num_rows, dtype=bool)
     if candidates and src.num_rows:
         stored = parallel_map(
-            lambda t: executor.stored_keys(t, p.schema, on), candidates, TABLE_THREADS
+            lambda t: executor.stored_keys(t, p.schema, on), candidates, executor.threads
         )
         table_rows, input_rows = K.pairs(_stacked(stored, on), src, on)
         starts = np.cumsum([0] + [s.num_rows for s in stored])
@@ -364,7 +364,7 @@ def _plan_by_source(
     if not scoped:
         return
     stored = parallel_map(
-        lambda s: executor.stored_keys(s[0], p.schema, on, s[1]), scoped, TABLE_THREADS
+        lambda s: executor.stored_keys(s[0], p.schema, on, s[1]), scoped, executor.threads
     )
     if not sum(s.num_rows for s in stored):
         return

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import arrow_json
+from ..concurrency import table_threads
 from ..errors import UpdateExpressionError
 from ..filters import FilterLike, check_row_expression, quote_ident, to_sql
 from ..filters import check as check_filter
@@ -19,7 +20,7 @@ from ..planning import ScanTask
 from ..scan import iter_task_batches, lance_filter
 from ..state import HasState, NamespaceState, state_of
 from .change import RowChangeResult
-from .commit import TABLE_THREADS, run
+from .commit import run
 from .executor import TableExecutor
 from .plan import ChangePlan, first_unknown, stays
 
@@ -136,7 +137,7 @@ def update_rows(
     def build(p: ChangePlan) -> None:
         select_now = compile_set(set, p.schema)
         tasks = p.tasks(sql)
-        found = parallel_map(lambda t: read(t, p.schema), tasks, TABLE_THREADS)
+        found = parallel_map(lambda t: read(t, p.schema), tasks, table_threads(ns.uri))
         moving: list[pa.Table] = []
         for task, rows in zip(tasks, found, strict=True):
             if rows.num_rows == 0:

@@ -5,30 +5,27 @@ them in one ``__manifest`` commit whose rules against concurrent commits are its
 
 from .append import AppendCommit
 from .commit import WRITER_ID, WriteCommit
-from .ingest import Naming, PartitionIngest, RandomNaming, as_reader
+from .ingest import PartitionIngest, as_reader
 from .mode import WRITE_MODES, WriteMode, check_mode
 from .overwrite import OverwriteCommit, OverwritePartitionsCommit, covering_keys
 from .pending import BaseIndex, PendingPartition
 from .result import PartitionWrite, WriteResult
-from .table import MAX_ROWS_PER_FILE, TABLE_WRITE_THREADS, TableWriter
+from .table import MAX_ROWS_PER_FILE, TableWriter
 from .writer import COMMITS, PartitionWriter
 
 __all__ = [
     "COMMITS",
     "MAX_ROWS_PER_FILE",
-    "TABLE_WRITE_THREADS",
     "WRITER_ID",
     "WRITE_MODES",
     "AppendCommit",
     "BaseIndex",
-    "Naming",
     "OverwriteCommit",
     "OverwritePartitionsCommit",
     "PartitionIngest",
     "PartitionWrite",
     "PartitionWriter",
     "PendingPartition",
-    "RandomNaming",
     "TableWriter",
     "WriteCommit",
     "WriteMode",

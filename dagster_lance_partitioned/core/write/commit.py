@@ -76,6 +76,7 @@ class WriteCommit(ABC):
         self.lookup = lookup
         self.commit_properties = dict(commit_properties or {})
         self._overwritten: dict[int, set[str] | None] = {}
+        self.committed: ManifestSnapshot | None = None  # the manifest version the commit made
 
     # -- what a mode decides --------------------------------------------------------------------
     def needs_commit(self, pending: Sequence[PendingPartition]) -> bool:
@@ -160,7 +161,7 @@ class WriteCommit(ABC):
                 return self.base
             return ManifestSnapshot(ds, list(self.base.specs.values()))
 
-        snap = self.store.commit(load, plan)
+        snap = self.committed = self.store.commit(load, plan)
         if self.spec.draft and snap.metadata.get(self.spec.key) != self.base.metadata.get(
             self.spec.key
         ):

@@ -4,22 +4,23 @@ input). Nothing is committed here.
 
 A row's partition is the key the spec computes for it; the first row of a key decides where its
 table is: the table the base manifest version registers for it, else a new table whose partition
-namespaces and directory are named by a :class:`Naming` (random, or derived from a staged
-write's id so that every worker of the write agrees)."""
+namespaces and directory are named by a :class:`~..naming.Naming` (namespaces by the
+namespace's naming key, directories at random or from a staged write's id)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 
 from .. import storage
 from ..conform import check_write_schema, conform_for_write
 from ..errors import SchemaError, UnnamedPartitionError, WriteError
-from ..manifest import SEP, TABLE_NAME, ManifestSnapshot, random_name, table_location
+from ..manifest import SEP, TABLE_NAME, ManifestSnapshot
+from ..naming import NamespaceNaming, Naming
 from ..ns_schema import dropped_names, full_schema
 from ..partitioner import Rows, SpecEvaluator
 from ..spec import PartitionSpec
@@ -49,31 +50,6 @@ def as_reader(data: Any) -> pa.RecordBatchReader:
     )
 
 
-class Naming(Protocol):
-    """How a write names the partition namespaces and table directories it creates."""
-
-    def namespace_name(self, prefix: Key) -> str:
-        """The name of the partition namespace of key prefix ``prefix``."""
-        ...
-
-    def table_location(self, object_id: str, key: Key) -> str:
-        """The directory of the new partition table ``object_id`` of key ``key``."""
-        ...
-
-
-class RandomNaming:
-    """Random names, one per key prefix for the whole write."""
-
-    def __init__(self) -> None:
-        self._names: dict[Key, str] = {}
-
-    def namespace_name(self, prefix: Key) -> str:
-        return self._names.setdefault(prefix, random_name())
-
-    def table_location(self, object_id: str, key: Key) -> str:
-        return table_location(object_id)
-
-
 class PartitionIngest:
     """The partitions one write routes its rows to, from its base manifest version.
 
@@ -96,7 +72,7 @@ class PartitionIngest:
         self.tables = tables
         self.write_schema = tables.write_schema
         self.replaces = replaces
-        self.naming: Naming = naming or RandomNaming()
+        self.naming: Naming = naming or NamespaceNaming.of(base, spec.spec_id)
         self.dropped = _dropped(base)
         self.lookup = BaseIndex(base, spec)
         self.allowed = None if partitions is None else self._keys(partitions)

@@ -22,6 +22,7 @@ from lance.fragment import FragmentMetadata, write_fragments
 from lance.schema import LanceSchema
 
 from .. import storage
+from ..concurrency import LOCAL_TABLE_THREADS
 from ..conform import append_layout, column_sources, conform_to, same_layout
 from ..manifest import ManifestStore, TableEntry, table_location
 from ..partition_constants import fill_constants, identity_constants
@@ -30,7 +31,6 @@ from ..storage import DETACHED_BIT
 from .pending import Key, PendingPartition
 
 MAX_ROWS_PER_FILE = 1024 * 1024
-TABLE_WRITE_THREADS = 8  # partition tables written and committed concurrently
 
 
 class TableWriter:
@@ -49,6 +49,18 @@ class TableWriter:
         self.schema = schema
         self.write_schema = write_schema
         self._relocations: dict[tuple[Key, str], tuple[str, int]] = {}
+        self._datasets: dict[tuple[str, int], lance.LanceDataset] = {}
+
+    def dataset(self, uri: str, version: int) -> lance.LanceDataset:
+        """The table at ``uri`` at ``version``, opened once per write: Lance writes fragments
+        into, and commits detached versions on top of, exactly the version an open handle is
+        at, without listing the table or reading its manifest again."""
+        key = (uri, version)
+        ds = self._datasets.get(key)
+        if ds is None:
+            ds = lance.dataset(uri, version=version, storage_options=self.store.storage_options)
+            self._datasets[key] = ds
+        return ds
 
     def uri(self, pending: PendingPartition) -> str:
         """Where ``pending``'s table lives."""
@@ -67,17 +79,18 @@ class TableWriter:
             pending.fragments.extend(
                 self.write_layout(
                     conform_to(table, layout, column_sources(self.write_schema, layout)),
-                    self.uri(pending),
+                    self.open(pending.existing),
                     layout,
                     version,
                 )
             )
         else:
             # replacements take the write schema's ids; new tables are created by the write
+            target = self.uri(pending) if pending.existing is None else self.open(pending.existing)
             pending.fragments.extend(
                 write_fragments(
                     table,
-                    self.uri(pending),
+                    target,
                     schema=self.write_schema,
                     mode="create" if pending.existing is None else "overwrite",
                     max_rows_per_file=MAX_ROWS_PER_FILE,
@@ -98,14 +111,15 @@ class TableWriter:
     def write_layout(
         self,
         data: pa.Table | pa.RecordBatchReader,
-        uri: str,
+        table: str | lance.LanceDataset,
         layout: pa.Schema,
         storage_version: str,
     ) -> list[FragmentMetadata]:
-        """Fragments of ``data`` (shaped ``layout``) with field ids numbered from ``layout``."""
+        """Fragments of ``data`` (shaped ``layout``) with field ids numbered from ``layout``,
+        for ``table`` (a URI, or an open table: then nothing is read)."""
         return write_fragments(
             data,
-            uri,
+            table,
             schema=layout,
             mode="overwrite",
             max_rows_per_file=MAX_ROWS_PER_FILE,
@@ -115,11 +129,8 @@ class TableWriter:
 
     # -- versions -------------------------------------------------------------------------------
     def open(self, entry: TableEntry) -> lance.LanceDataset:
-        """A registered partition table at its registered version."""
-        version = self.base_version(entry)
-        return lance.dataset(
-            self._entry_uri(entry), version=version, storage_options=self.store.storage_options
-        )
+        """A registered partition table at its registered version (opened once per write)."""
+        return self.dataset(self._entry_uri(entry), self.base_version(entry))
 
     def base_version(self, entry: TableEntry) -> int:
         """The table version ``entry`` registers (its tag resolved)."""
@@ -159,10 +170,10 @@ class TableWriter:
             return lance.LanceDataset.commit(uri, op, storage_options=opts).version
         base = self.base_version(onto)
         if not replace:
-            return self.append_into(pending, uri, self.detached_base(uri, base))
+            return self.append_into(pending, uri, base)
         op = LanceOperation.Overwrite(self.write_schema, pending.fragments)
         ds = lance.LanceDataset.commit(
-            uri, op, read_version=base, detached=True, storage_options=opts
+            self.dataset(uri, base), op, read_version=base, detached=True, storage_options=opts
         )
         return ds.version
 
@@ -186,15 +197,15 @@ class TableWriter:
         return restored.version
 
     def append_into(self, pending: PendingPartition, uri: str, base: int) -> int:
-        """Append ``pending``'s rows to the table at detached version ``base``; return the new
-        detached version.
+        """Append ``pending``'s rows to the table at version ``base``; return the new detached
+        version (built on exactly ``base``, see :meth:`_append`).
 
         When the table's schema is older than the write's (columns added, renamed, promoted or
         dropped since it was written), it first takes the append layout: metadata-only (a Lance
         Project: renames, added NULL columns, relaxed nullability) when its columns keep their
         positions and types, else by rewriting its rows in the new layout together with ours."""
         opts = self.store.storage_options
-        ds = lance.dataset(uri, version=base, storage_options=opts)
+        ds = self.dataset(uri, base)
         layout = append_layout(ds.schema, self.write_schema)
         version = ds.data_storage_version
         fragments = pending.fragments
@@ -202,24 +213,43 @@ class TableWriter:
             same_layout(layout, pending.layout) and version == pending.storage_version
         ):
             # the table changed under us (a concurrent commit): re-lay our rows out for it
-            fragments = self.write_layout(self.our_rows(pending, layout), uri, layout, version)
+            fragments = self.write_layout(self.our_rows(pending, layout), ds, layout, version)
         constants = identity_constants(self.spec, self.schema, pending.values(self.spec))
         if any(v is not None and n not in ds.schema.names for n, v in constants.items()):
             # an imported (Hive) table lacks its key columns: store them once, with our rows
             return self._rewrite_with(ds, layout, fragments, uri, constants)
         if not same_layout(ds.schema, layout):
+            # the layout change is committed by URI, which Lance rebases onto the latest
+            # main-line version: make it on a detached copy of exactly the registered one
+            ds = self.dataset(uri, self.detached_base(uri, ds.version))
             evolved = _project(ds, layout, uri, opts)
             if evolved is None:
                 return self._rewrite_with(ds, layout, fragments, uri)
-            base = evolved
-        ds = lance.LanceDataset.commit(
-            uri,
-            LanceOperation.Append(fragments),
-            read_version=base,
-            detached=True,
-            storage_options=opts,
+            ds = self.dataset(uri, evolved)
+        return self._append(ds, fragments, uri)
+
+    def _append(self, ds: lance.LanceDataset, fragments: list[FragmentMetadata], uri: str) -> int:
+        """A detached version of exactly ``ds``'s content plus ``fragments``.
+
+        Committed through the open handle, Lance builds on the handle's version (no listing,
+        no re-read); through a URI it would rebase onto the latest main-line version, which
+        may hold data no manifest registered. Should the result hold other fragments than
+        ``ds``'s and ours, it is made again on a detached copy of ``ds`` (see
+        :meth:`detached_base`)."""
+        opts = self.store.storage_options
+        op = LanceOperation.Append(fragments)
+        new = lance.LanceDataset.commit(
+            ds, op, read_version=ds.version, detached=True, storage_options=opts
         )
-        return ds.version
+        before = {f.fragment_id for f in ds.get_fragments()}
+        after = {f.fragment_id for f in new.get_fragments()}
+        if before <= after and len(after) == len(before) + len(fragments):
+            return int(new.version)
+        base = self.detached_base(uri, ds.version)
+        new = lance.LanceDataset.commit(
+            self.dataset(uri, base), op, read_version=base, detached=True, storage_options=opts
+        )
+        return int(new.version)
 
     def _rewrite_with(
         self,
@@ -310,14 +340,16 @@ class TableWriter:
 
 
 def for_each_table(
-    pendings: Sequence[PendingPartition], finish: Callable[[PendingPartition], None]
+    pendings: Sequence[PendingPartition],
+    finish: Callable[[PendingPartition], None],
+    threads: int = LOCAL_TABLE_THREADS,
 ) -> None:
-    """Run ``finish`` on every partition, several tables at a time."""
-    if len(pendings) <= 1:
+    """Run ``finish`` on every partition, ``threads`` tables at a time."""
+    if len(pendings) <= 1 or threads <= 1:
         for p in pendings:
             finish(p)
         return
-    with ThreadPoolExecutor(max_workers=min(TABLE_WRITE_THREADS, len(pendings))) as pool:
+    with ThreadPoolExecutor(max_workers=min(threads, len(pendings))) as pool:
         for future in [pool.submit(finish, p) for p in pendings]:
             future.result()
 

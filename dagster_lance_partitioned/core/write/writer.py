@@ -10,12 +10,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..concurrency import table_threads
 from ..conform import table_write_schema
 from ..manifest import ManifestSnapshot, ManifestStore
+from ..naming import Naming
 from ..spec import PartitionSpec
 from .append import AppendCommit
 from .commit import WriteCommit
-from .ingest import Naming, PartitionIngest
+from .ingest import PartitionIngest
 from .mode import WriteMode, check_mode
 from .overwrite import OverwriteCommit, OverwritePartitionsCommit
 from .pending import Key, PendingPartition
@@ -82,7 +84,7 @@ class PartitionWriter:
         if not self.manifest_commit.needs_commit(pending):
             # nothing to write and nothing to deregister: no commit
             return WriteResult(self.base.version, self.spec.spec_id, self.mode, (), (), False)
-        for_each_table(pending, self._finish_table)
+        for_each_table(pending, self._finish_table, table_threads(self.store.root))
         if self.before_commit is not None:
             self.before_commit(pending)
         return self.manifest_commit.commit(pending)
@@ -102,7 +104,7 @@ class PartitionWriter:
         if self.manifest_commit.fills_named_partitions:
             self.ingest.add_named_empty()
         pending = list(self.ingest.pending.values())
-        for_each_table(pending, self._finish_table)
+        for_each_table(pending, self._finish_table, table_threads(self.store.root))
         return self.manifest_commit.commit(pending)
 
     def _finish_table(self, pending: PendingPartition) -> None:
