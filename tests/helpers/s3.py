@@ -368,10 +368,21 @@ def count_losses(ns: PartitionedNamespace, results: list[dict]) -> dict[str, int
         if r["ok"]
         for row in writer_rows(r["writer"], r["i"])
     }
-    found = ns.to_table(columns=["id", "country"]).to_pylist()
+    from dagster_lance_partitioned import PartitionedNamespaceError
+
+    found: list[dict] = []
+    unreadable = 0
+    for p in ns.partitions():  # one at a time: on an unsafe store a table may have lost files
+        values = p["values"]
+        where = " AND ".join(f"{k} = '{v}'" for k, v in values.items())
+        try:
+            found += ns.to_table(where, columns=["id", "country"]).to_pylist()
+        except PartitionedNamespaceError:
+            unreadable += 1
     ids = [r["id"] for r in found]
     return {
         "acknowledged": len(acknowledged),
+        "unreadable_partitions": unreadable,
         "found": len(ids),
         "lost": len(set(acknowledged) - set(ids)),
         "duplicates": len(ids) - len(set(ids)),

@@ -322,7 +322,9 @@ def test_concurrent_writers_lose_rows_on_a_store_ignoring_if_none_match(
     """What DLP_ALLOW_UNSAFE_COMMITS risks: writes report success, rows vanish.
 
     On such a store a racing writer can also meet a manifest version another writer overwrote
-    under it; that write fails with the package's StorageError (never a raw Lance error)."""
+    under it; that write fails with the package's StorageError (never a raw Lance error). A
+    registered table can even point at a file that a lost race left out: reading it fails
+    with a package error, and its rows count as lost."""
     uri = f"s3://{bucket}/ns"
     create_race_namespace(uri, storage_options(server.endpoint))
     results = run_writers(tmp_path, uri, storage_options(stripping.endpoint), env={UNSAFE_ENV: "1"})
@@ -336,5 +338,5 @@ def test_concurrent_writers_lose_rows_on_a_store_ignoring_if_none_match(
     print(f"\nthrough the If-None-Match-stripping proxy, {WRITERS}x{WRITES} writes: {counts}")
     assert counts["acknowledged"] == (WRITERS * WRITES - len(failed)) * ROWS
     assert counts["lost"] > 0
-    if not failed:  # (a failed write may still have left rows behind)
+    if not failed and not counts["unreadable_partitions"]:  # (a failed write may leave rows)
         assert counts["found"] + counts["lost"] - counts["duplicates"] == counts["acknowledged"]

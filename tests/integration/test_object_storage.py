@@ -173,6 +173,7 @@ def test_concurrent_writer_processes_lose_no_rows_on_s3(s3: S3Lake, tmp_path: Pa
     counts = count_losses(ns, results)
     assert counts == {
         "acknowledged": WRITERS * WRITES * ROWS,
+        "unreadable_partitions": 0,
         "found": WRITERS * WRITES * ROWS,
         "lost": 0,
         "duplicates": 0,
