@@ -14,7 +14,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 import pytest
-from helpers.data import SCHEMA, fingerprint, sample_table, sorted_rows
+from helpers.data import SCHEMA, fail_write, fingerprint, sample_table, sorted_rows
 from lance.fragment import write_fragments
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
@@ -92,18 +92,6 @@ def age(path: str, seconds: float) -> None:
     )
     for f in files:
         os.utime(f, (when, when))
-
-
-def fail_write(ns: PartitionedNamespace, data: pa.Table) -> None:
-    """A write whose manifest commit never happens (its tables are written)."""
-
-    def boom(pending: list) -> None:
-        raise RuntimeError("injected failure before the manifest commit")
-
-    ns._before_commit = boom
-    with pytest.raises(RuntimeError, match="injected"):
-        ns.write(data)
-    ns._before_commit = None
 
 
 @pytest.fixture

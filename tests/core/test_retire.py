@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from helpers.data import SCHEMA, sample_table, sorted_rows
+from helpers.data import SCHEMA, fail_write, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core import maintenance, retire, row_changes, storage
@@ -28,23 +28,11 @@ FIELDS = [PartitionField.identity("country")]
 ZERO = dt.timedelta(0)
 
 
-def _fail_write(ns: PartitionedNamespace, data: pa.Table) -> None:
-    """A write whose tables are written and whose manifest commit never happens."""
-
-    def boom(_: Any) -> None:
-        raise RuntimeError("injected failure before the manifest commit")
-
-    ns._before_commit = boom
-    with pytest.raises(RuntimeError, match="injected"):
-        ns.write(data)
-    ns._before_commit = None
-
-
 def _ns(tmp_path: Path) -> PartitionedNamespace:
     ns = PartitionedNamespace.create(tmp_path / "ns", SCHEMA, FIELDS)
     ns.write(sample_table(6))
     ns.write(sample_table(6, start=50))
-    _fail_write(ns, sample_table(6, start=70))  # unpinned versions for cleanup to remove
+    fail_write(ns, sample_table(6, start=70))  # unpinned versions for cleanup to remove
     return ns
 
 
@@ -170,7 +158,7 @@ def test_a_write_elsewhere_is_not_refused(tmp_path: Path, monkeypatch: pytest.Mo
     ns.write(sample_table(2, countries=("US",)))
     ns.write(sample_table(2, countries=("US",), start=10))
     ns.write(sample_table(2, countries=("FR",), start=20))
-    _fail_write(ns, sample_table(2, countries=("US",), start=40))  # an unpinned US version
+    fail_write(ns, sample_table(2, countries=("US",), start=40))  # an unpinned US version
     [us] = [p["location"] for p in ns.inspect.partitions() if p["values"]["country"] == "US"]
     old = time.time() - 7200
     for path in (tmp_path / "ns" / us).rglob("*"):

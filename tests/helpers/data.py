@@ -7,6 +7,7 @@ import datetime as dt
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -38,6 +39,19 @@ def sample_table(n: int = 12, countries=("US", "FR", "DE"), start: int = 0) -> p
 def sorted_rows(table: pa.Table, key: str = "id") -> list[dict]:
     """Rows as dicts sorted by ``key`` (order-independent comparison)."""
     return sorted(table.to_pylist(), key=lambda r: (r[key] is None, r[key]))
+
+
+def fail_write(ns: Any, data: pa.Table) -> None:
+    """A write whose tables are written and whose manifest commit never happens."""
+    import pytest
+
+    def boom(_: Any) -> None:
+        raise RuntimeError("injected failure before the manifest commit")
+
+    ns._before_commit = boom
+    with pytest.raises(RuntimeError, match="injected"):
+        ns.write(data)
+    ns._before_commit = None
 
 
 def file_hashes(root: str | Path) -> dict[str, str]:
