@@ -231,3 +231,26 @@ class PartitionByError(SpecError, ValueError):
 class StaleChangeError(CommitConflictError):
     """A partition the change was made on was changed (or a partition it creates was created)
     by a concurrent commit since the snapshot it was planned on; nothing is visible."""
+
+
+class SearchError(PartitionedNamespaceError):
+    """An index or search request that cannot be served; nothing was changed."""
+
+
+class IndexDeclarationError(SearchError, ValueError):
+    """An index declaration names an unknown column or index type, a column of a type the
+    index cannot hold, or a name already declared otherwise; names the one at fault."""
+
+
+class IndexNotFoundError(SearchError, LookupError):
+    """No index of that name is declared on the namespace."""
+
+
+class SearchQueryError(SearchError, ValueError):
+    """A search names an unknown column, passes a query of the wrong kind or dimension, or
+    asks for fewer than one row; names what is at fault."""
+
+
+class IndexBuildError(SearchError):
+    """Lance could not build a declared index on a partition table (for instance, too few
+    rows to train a vector index with the given parameters); names the partition."""

@@ -36,7 +36,6 @@ from .health import (
     manifest_versions,
     orphans_among,
     parallel_map,
-    pin_of,
     referenced_pins,
     resolve_pins,
     table_tags,
@@ -46,8 +45,11 @@ from .manifest import ManifestSnapshot, ManifestStore, delete_empty_namespaces
 from .manifest_ops import ManifestEdit
 from .ns_schema import snapshot_schema
 from .planning import ScanTask, plan_scan
-from .retire import Retirement, Use, announce, conflicting, epoch
+from .retire import Retirement, announce, epoch
+from .revisions import Revision, register
 from .scan import count_matching, open_table
+from .search.build import index_version
+from .search.declaration import declarations
 from .state import HasState, NamespaceState, load_snapshot, state_of
 from .write import WRITER_ID
 
@@ -136,17 +138,15 @@ def _refuse_pinned(ns: NamespaceState, what: str) -> None:
 
 @dataclass(frozen=True)
 class _Compacted:
-    object_id: str
-    location: str
-    pin: Pin
-    version: int
+    revision: Revision
     before: int
     after: int
 
 
 def _compact_table(ns: NamespaceState, task: ScanTask, target_rows: int) -> _Compacted | None:
     """Write a detached version of ``task``'s table holding its rows in fewer fragments, built
-    on exactly its pinned version; None when it has nothing to gain."""
+    on exactly its pinned version (carrying the declared indexes its size calls for); None
+    when it has nothing to gain."""
     if task.read_branch is not None:
         return None  # branch-pinned tables are not written by this package
     opts = ns.storage_options
@@ -180,8 +180,18 @@ def _compact_table(ns: NamespaceState, task: ScanTask, target_rows: int) -> _Com
             f"partition {task.object_id}: compacted version {new.version} holds "
             f"{new.count_rows()} rows, the pinned version {ds.version} {rows}; nothing committed"
         )
+    declared = [d.with_column(ns.schema_with_ids) for d in declarations(ns.metadata)]
+    version = index_version(
+        task.uri,
+        new.version,
+        declared,
+        ns.schema_with_ids,
+        opts,
+        object_id=task.object_id,
+        dataset=new,
+    ).version
     pin = Pin(task.read_version, task.read_branch, task.read_tag)
-    return _Compacted(task.object_id, task.location, pin, new.version, before, len(fragments))
+    return _Compacted(Revision(task.object_id, task.location, pin, version), before, len(fragments))
 
 
 def compact(
@@ -193,10 +203,11 @@ def compact(
     fragments and make all of them visible in one manifest commit.
 
     Each table gets a detached Lance version holding exactly the rows of its pinned version
-    (an ``Overwrite`` built on it, same schema and data storage version); tables with at most
-    one fragment, or whose fragments cannot get fewer at ``target_rows_per_fragment``, are left
-    alone. A table whose pin a concurrent commit changed keeps that commit's version and is
-    reported in ``skipped``. Commit property ``operation`` = ``compact``."""
+    (an ``Overwrite`` built on it, same schema and data storage version, with the declared
+    indexes built again); tables with at most one fragment, or whose fragments cannot get
+    fewer at ``target_rows_per_fragment``, are left alone. A table whose pin a concurrent
+    commit changed keeps that commit's version and is reported in ``skipped``. Commit property
+    ``operation`` = ``compact``."""
     ns = state_of(ns)
     _refuse_pinned(ns, "compact it")
     if target_rows_per_fragment < 1:
@@ -213,47 +224,19 @@ def compact(
     ]
     if not done:
         return CompactResult(ns.version, ())
-    committed: list[_Compacted] = []
-    skipped: list[str] = []
-
-    def use(c: _Compacted) -> Use:
-        return Use(c.location, c.version, c.pin.read_version, made_at)
-
-    def plan_commit(snap: ManifestSnapshot) -> ManifestEdit:
-        committed.clear()
-        skipped.clear()
-        current = {t.object_id: t for t in snap.tables()}
-        edit = ManifestEdit(
-            properties={"operation": "compact", "writer": WRITER_ID, "overwritten": "[]"}
-        )
-        retired = {u.location for u in conflicting(snap, [use(c) for c in done])}
-        for c in done:
-            entry = current.get(c.object_id)
-            if (
-                entry is None
-                or entry.location != c.location
-                or pin_of(entry) != c.pin
-                or c.location in retired
-            ):
-                skipped.append(c.object_id)
-                continue
-            edit.upserts[c.object_id] = {"read_version": c.version}
-            edit.uses.append(use(c))
-            committed.append(c)
-        if not committed:
-            raise _NothingToCommit
-        return edit
-
-    try:
-        snap = ns.store.commit(load_snapshot, plan_commit)
-        version = snap.version
-    except _NothingToCommit:
-        version = ns.refresh().version
-    ns.refresh()
+    properties = {"operation": "compact", "writer": WRITER_ID, "overwritten": "[]"}
+    outcome = register(ns, [c.revision for c in done], properties, made_at)
+    committed = set(outcome.committed)
     return CompactResult(
-        version,
-        tuple(sorted((c.object_id, c.before, c.after) for c in committed)),
-        tuple(sorted(skipped)),
+        outcome.manifest_version,
+        tuple(
+            sorted(
+                (c.revision.object_id, c.before, c.after)
+                for c in done
+                if c.revision.object_id in committed
+            )
+        ),
+        outcome.skipped,
     )
 
 

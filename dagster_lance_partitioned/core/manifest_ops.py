@@ -42,8 +42,9 @@ class ManifestEdit:
     deletes: set[str] = field(default_factory=set)
     new_columns: list[pa.Field] = field(default_factory=list)
     properties: dict[str, str] = field(default_factory=dict)
-    # table-metadata keys to set (schema, specs, flags); a commit changes rows or metadata
-    metadata: dict[str, str] = field(default_factory=dict)
+    # table-metadata keys to set (schema, specs, flags; None removes a key); a commit changes
+    # rows or metadata
+    metadata: dict[str, str | None] = field(default_factory=dict)
     # the table versions the edit registers that were made before its planning (see retire)
     uses: list[Use] = field(default_factory=list)
     # whether the edit can be applied to the changed rows alone (False: apply() needs every row)

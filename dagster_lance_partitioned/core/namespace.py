@@ -45,6 +45,7 @@ from .write import PartitionWriter, WriteMode, WriteResult
 if TYPE_CHECKING:
     from .maintenance import CleanupResult, CompactResult, DropResult, VacuumResult
     from .row_changes import RowChangeResult
+    from .search.catalog import IndexCoverage, IndexResult
 
 
 class PartitionedNamespace:
@@ -496,6 +497,73 @@ class PartitionedNamespace:
         from .row_changes import update_rows
 
         return update_rows(self, filter, set, commit_properties=commit_properties)
+
+    # -- indexes and search (core/search/) ---------------------------------------------------
+    @storage_boundary("creating an index")
+    def create_index(
+        self,
+        column: str,
+        index_type: str,
+        *,
+        name: str | None = None,
+        min_rows: int | None = None,
+        **params: Any,
+    ) -> IndexCoverage:
+        """Declare an index on ``column`` for the whole namespace and give every partition
+        table whose size calls for it that index, all registered in one manifest commit.
+
+        ``index_type``: vector ``IVF_PQ``, ``IVF_HNSW_SQ``, ``IVF_FLAT`` (``params`` such as
+        ``metric``, ``num_partitions``, ``num_sub_vectors``; left out, they are derived from
+        each table's size); full text ``INVERTED`` (``FTS``; tokenizer ``params``); scalar
+        ``BTREE``, ``BITMAP``, ``LABEL_LIST``. Tables with fewer than ``min_rows`` rows
+        (default: 4,096 for vector indexes, 1 otherwise) are searched without one. Later
+        writes, row changes and compactions index what they write before their manifest
+        commit. Returns the index's coverage (see :meth:`indexes`)."""
+        from .search.catalog import create_index
+
+        return create_index(self, column, index_type, name=name, min_rows=min_rows, params=params)
+
+    @storage_boundary("listing indexes")
+    def indexes(self, filter: FilterLike = None) -> list[IndexCoverage]:
+        """The declared indexes with their coverage over the partitions ``filter`` selects:
+        partitions indexed / needing one / searched without one (below ``min_rows``) / total,
+        and the rows appended since an index was built (searched exhaustively)."""
+        from .search.catalog import coverages
+
+        return coverages(self, filter)
+
+    @storage_boundary("dropping an index")
+    def drop_index(self, name: str) -> IndexResult:
+        """Remove the declared index ``name`` and the partition tables' indexes of that name."""
+        from .search.catalog import drop_index
+
+        return drop_index(self, name)
+
+    @storage_boundary("searching")
+    def search(
+        self,
+        query: Any,
+        *,
+        column: str | None = None,
+        k: int = 10,
+        filter: FilterLike = None,
+        columns: Sequence[str] | None = None,
+        **params: Any,
+    ) -> pa.Table:
+        """The ``k`` best rows for ``query`` across the partitions ``filter`` keeps.
+
+        A vector (list or numpy array) gives the k nearest rows with ``_distance``
+        (ascending); a string gives full-text matches with ``_score`` (BM25 over the
+        searched partitions together, descending). ``filter`` prunes partitions, then
+        applies inside each before ranking, so k rows come back whenever k rows match.
+        ``column`` may be left out when one index of the query's kind is declared (or one
+        vector column exists); ``params`` (``nprobes``, ``refine_factor``, ``ef``,
+        ``use_index``, ``metric``) pass through to Lance."""
+        from .search.query import search
+
+        return search(
+            self, query, column=column, k=k, filter=filter, columns=columns, params=params
+        )
 
     def __repr__(self) -> str:
         return (

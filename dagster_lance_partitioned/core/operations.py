@@ -19,6 +19,7 @@ from .state import NamespaceState
 
 if TYPE_CHECKING:
     from .history import Commit
+    from .search.catalog import IndexResult
 
 T = TypeVar("T")
 
@@ -64,6 +65,16 @@ class Maintenance:
         """Deregister, in one manifest commit, the partitions all of whose rows match
         ``filter`` (refused, changing nothing, when a partition matches only in part)."""
         return maintenance.drop_partitions(self.state, filter)
+
+    @storage_boundary("optimizing indexes")
+    def optimize_indexes(self, filter: FilterLike = None) -> IndexResult:
+        """Build the declared indexes the selected partition tables lack and fold the rows
+        appended since into the ones they have (scalar and full-text indexes get a segment
+        for the new rows, vector indexes are trained again), registered in one manifest
+        commit."""
+        from .search.catalog import optimize_indexes
+
+        return optimize_indexes(self.state, filter)
 
 
 class Inspect:

@@ -38,6 +38,7 @@ from ..manifest import (
 from ..manifest_ops import ManifestEdit
 from ..naming import NamespaceNaming, ensure_naming_key
 from ..planning import ScanTask
+from ..search.catalog import declared
 from ..spec import PartitionSpec
 from ..state import NamespaceState, load_snapshot
 from ..write import WRITER_ID
@@ -158,6 +159,7 @@ def run(
         state.forget_retired(store, snap, executor)
         at = NamespaceState(store, snap, pinned=True)
         p = ChangePlan(snap, ns.uri, at.schema_with_ids, at.current_spec)
+        executor.index_with(declared(at), at.schema_with_ids)
         if state.naming is None or state.naming.spec_id != p.spec.spec_id:
             state.naming = NamespaceNaming.of(snap, p.spec.spec_id)
         build(p)

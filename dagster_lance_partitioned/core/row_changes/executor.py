@@ -16,6 +16,7 @@ not made again when a commit is re-planned."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -35,6 +36,8 @@ from ..conform import conform_for_write, same_layout, table_write_schema
 from ..errors import PartitionReadError, WriteError, is_storage_failure, storage_error
 from ..planning import ScanTask
 from ..scan import iter_task_batches, lance_filter, open_table
+from ..search.build import index_version
+from ..search.declaration import IndexDeclaration
 from ..storage import DETACHED_BIT
 from ..write import MAX_ROWS_PER_FILE
 from . import keys as K
@@ -60,6 +63,19 @@ class TableExecutor:
         self.threads = table_threads(root)  # tables changed at once
         self._native: dict[tuple[Any, ...], bool] = {}
         self._schemas: dict[int, tuple[pa.Schema, pa.Schema, pa.Schema]] = {}
+        self._indexes: tuple[list[IndexDeclaration], pa.Schema] | None = None
+
+    def index_with(self, declared: list[IndexDeclaration], schema: pa.Schema) -> None:
+        """Build ``declared`` (columns of ``schema``, with field ids) on every version made
+        from now on, before it is returned (see :func:`..search.build.index_version`)."""
+        self._indexes = (declared, schema) if declared else None
+
+    def _indexed(self, uri: str, version: int, object_id: str) -> int:
+        """``version`` of the table at ``uri`` carrying the declared indexes it needs."""
+        if self._indexes is None:
+            return version
+        declared, schema = self._indexes
+        return index_version(uri, version, declared, schema, self.opts, object_id=object_id).version
 
     # -- what was made ---------------------------------------------------------------------
     def made(self, epoch: int) -> list[retire.Use]:
@@ -217,6 +233,9 @@ class TableExecutor:
             applied = self._apply_rowwise(task, ds, change, schema)
         else:
             applied = self._apply_rewrite(task, ds, change, schema)
+        if applied.changed and applied.rows and applied.version != ds.version:
+            indexed = self._indexed(task.uri, applied.version, task.object_id)
+            applied = dataclasses.replace(applied, version=indexed)
         memo.append((change, applied))
         return applied
 
@@ -339,9 +358,10 @@ class TableExecutor:
             max_rows_per_file=MAX_ROWS_PER_FILE,
             storage_options=self.opts,
         )
-        self._created[location] = (rows, ds.version)
         _recent.put((uri, ds.version, _options_key(self.opts)), ds)
-        return int(ds.version)
+        version = self._indexed(uri, int(ds.version), location)
+        self._created[location] = (rows, version)
+        return version
 
     # -- Lance commits ---------------------------------------------------------------------------
     def _write(

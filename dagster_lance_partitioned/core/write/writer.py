@@ -10,10 +10,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from .. import storage
 from ..concurrency import table_threads
 from ..conform import table_write_schema
 from ..manifest import ManifestSnapshot, ManifestStore
 from ..naming import Naming
+from ..search.build import index_version
+from ..search.declaration import declarations
 from ..spec import PartitionSpec
 from .append import AppendCommit
 from .commit import WriteCommit
@@ -65,6 +68,8 @@ class PartitionWriter:
         self.manifest_commit = commit_type(
             store, base, spec, schema, self.tables, self.ingest.lookup, commit_properties
         )
+        # the declared indexes every table version this write registers carries
+        self.indexes = [d.with_column(schema) for d in declarations(base.metadata)]
 
     def check_schema(self, schema: pa.Schema) -> None:
         """Raise :class:`SchemaMismatchError` naming the column when rows of ``schema`` cannot
@@ -111,6 +116,28 @@ class PartitionWriter:
         """Flush what is buffered and commit ``pending``'s table version."""
         if pending.existing is None and not pending.fragments:
             self.tables.create(pending, self.ingest.take_rows(pending))
+        else:
+            self.ingest.flush(pending)
+            self.tables.commit_written(pending, self.manifest_commit.replaces)
+        self._index(pending)
+
+    def _index(self, pending: PendingPartition) -> None:
+        """Build the declared indexes ``pending``'s new table version needs, before the
+        manifest commit registers it."""
+        if not self.indexes or pending.version is None:
             return
-        self.ingest.flush(pending)
-        self.tables.commit_written(pending, self.manifest_commit.replaces)
+        existing = pending.existing
+        uri = (
+            storage.table_uri(self.store.root, existing.location, existing.object_id)
+            if existing is not None
+            else self.tables.uri(pending)
+        )
+        pending.version = index_version(
+            uri,
+            pending.version,
+            self.indexes,
+            self.schema,
+            self.store.storage_options,
+            object_id=pending.object_id,
+            dataset=self.tables.dataset(uri, pending.version),
+        ).version

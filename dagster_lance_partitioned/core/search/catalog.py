@@ -1,0 +1,270 @@
+"""The namespace's indexes: declaring one (and indexing every partition table), their
+coverage, dropping one, and folding appended rows into them.
+
+Declaring is two manifest commits after the builds: the declaration (table metadata, so that
+writers from then on index what they write), then every partition table's indexed version,
+registered together in one commit. A build that fails commits nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..concurrency import table_threads
+from ..errors import IndexDeclarationError, IndexNotFoundError
+from ..filters import FilterLike
+from ..health import Pin, parallel_map
+from ..manifest import ManifestSnapshot
+from ..manifest_ops import ManifestEdit
+from ..planning import ScanTask
+from ..retire import epoch
+from ..revisions import Registered, Revision, register
+from ..scan import open_table
+from ..state import HasState, NamespaceState, load_snapshot, state_of
+from ..write.commit import WRITER_ID
+from .build import TableIndexState, index_version, table_state
+from .declaration import IndexDeclaration, declarations, declare
+
+
+@dataclass(frozen=True)
+class IndexCoverage:
+    """A declared index and how far the partition tables of one manifest version carry it.
+
+    ``partitions_needing`` lack an index their size calls for (written by a writer that did
+    not know the declaration yet; ``optimize_indexes`` builds them); ``partitions_flat`` are
+    below ``min_rows`` (searched exhaustively, exactly); ``unindexed_rows`` were appended to
+    indexed tables since their index was built (searched exhaustively until
+    ``optimize_indexes``)."""
+
+    name: str
+    column: str
+    index_type: str
+    min_rows: int
+    params: dict[str, Any]
+    partitions_indexed: int
+    partitions_needing: int
+    partitions_flat: int
+    partitions_total: int
+    indexed_rows: int
+    unindexed_rows: int
+    needing: tuple[str, ...] = ()  # object ids of the partitions needing one
+
+    @property
+    def complete(self) -> bool:
+        """Every partition whose size calls for the index has it."""
+        return self.partitions_needing == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        out = asdict(self)
+        out["needing"] = list(self.needing)
+        return out
+
+
+@dataclass(frozen=True)
+class IndexResult:
+    """The outcome of a change to indexes: the manifest version after it, the partitions
+    whose indexed versions it registered, and those skipped (a concurrent commit changed
+    them first; ``optimize_indexes`` picks them up)."""
+
+    manifest_version: int
+    partitions: tuple[str, ...]
+    skipped: tuple[str, ...] = ()
+
+
+def declared(ns: NamespaceState | HasState) -> list[IndexDeclaration]:
+    """The indexes declared at the manifest version ``ns`` reads (columns as named now)."""
+    state = state_of(ns)
+    schema = state.schema_with_ids
+    return [d.with_column(schema) for d in declarations(state.metadata)]
+
+
+def find(ns: NamespaceState | HasState, name: str) -> IndexDeclaration:
+    """The declared index ``name`` (raises :class:`IndexNotFoundError` listing the others)."""
+    found = {d.name: d for d in declared(ns)}
+    if name not in found:
+        names = ", ".join(sorted(found)) or "none"
+        raise IndexNotFoundError(f"no index named {name!r} is declared (declared: {names})")
+    return found[name]
+
+
+def _properties(operation: str, **more: str) -> dict[str, str]:
+    return {"operation": operation, "writer": WRITER_ID, "overwritten": "[]", **more}
+
+
+def _reindex(
+    state: NamespaceState,
+    tasks: Sequence[ScanTask],
+    decls: Sequence[IndexDeclaration],
+    *,
+    fold: bool = False,
+    drop: Sequence[str] = (),
+) -> list[Revision]:
+    """New versions of the tables of ``tasks`` carrying ``decls`` (see ``index_version``), for
+    the tables where anything changed."""
+    schema = state.schema_with_ids
+    opts = state.storage_options
+
+    def one(task: ScanTask) -> Revision | None:
+        if task.read_branch is not None:
+            return None  # branch-pinned tables are not written by this package
+        ds = open_table(task, opts)
+        done = index_version(
+            task.uri,
+            ds.version,
+            decls,
+            schema,
+            opts,
+            object_id=task.object_id,
+            fold=fold,
+            drop=drop,
+            dataset=ds,
+        )
+        if done.version == ds.version:
+            return None
+        pin = Pin(task.read_version, task.read_branch, task.read_tag)
+        return Revision(task.object_id, task.location, pin, done.version)
+
+    made = parallel_map(one, list(tasks), table_threads(state.uri))
+    return [r for r in made if r is not None]
+
+
+def _set_metadata(
+    state: NamespaceState, key: str, value: str | None, operation: str, *, expect: str | None
+) -> None:
+    """Set (or with None remove) one ``__manifest`` metadata key in a commit of its own,
+    unless it already holds ``value``; refuses when a concurrent commit set it to something
+    other than ``expect`` or ``value``."""
+
+    def plan(snap: ManifestSnapshot) -> ManifestEdit | None:
+        current = snap.metadata.get(key) or None
+        if current == value:
+            return None
+        if current != expect:
+            raise IndexDeclarationError(
+                f"index {key.split('.', 2)[-1]!r} was declared otherwise by a concurrent "
+                f"commit: {current}"
+            )
+        return ManifestEdit(metadata={key: value}, properties=_properties(operation))
+
+    state.store.commit(load_snapshot, plan)
+    state.refresh()
+
+
+def create_index(
+    ns: NamespaceState | HasState,
+    column: str,
+    index_type: str,
+    *,
+    name: str | None = None,
+    min_rows: int | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> IndexCoverage:
+    """Declare an index on ``column`` for the whole namespace and index every partition table
+    whose size calls for it; returns its coverage. Declaring the same index again indexes the
+    tables still lacking it; a different declaration under a taken name is refused."""
+    state = state_of(ns)
+    state.require_unpinned("create an index")
+    state.store.check_store()
+    state.refresh()
+    decl = declare(
+        state.schema_with_ids,
+        column,
+        index_type,
+        name=name,
+        min_rows=min_rows,
+        params=params or {},
+    )
+    before = state.metadata.get(decl.key) or None
+    if before is not None and before != decl.to_json():
+        raise IndexDeclarationError(
+            f"index {decl.name!r} is already declared as {before}; drop it first or choose "
+            "another name"
+        )
+    made_at = epoch(state.snapshot)
+    revisions = _reindex(state, state.plan_scan(None).tasks, [decl])
+    _set_metadata(state, decl.key, decl.to_json(), "create_index", expect=None)
+    register(state, revisions, _properties("create_index", index=decl.name), made_at)
+    return coverage(state, decl.name)
+
+
+def drop_index(ns: NamespaceState | HasState, name: str) -> IndexResult:
+    """Remove the declaration ``name`` and its indexes from every partition table (the
+    declaration first, then the tables' versions without it in one commit)."""
+    state = state_of(ns)
+    state.require_unpinned("drop an index")
+    state.store.check_store()
+    state.refresh()
+    decl = find(state, name)
+    made_at = epoch(state.snapshot)
+    revisions = _reindex(state, state.plan_scan(None).tasks, [], drop=[decl.name])
+    _set_metadata(state, decl.key, None, "drop_index", expect=decl.to_json())
+    done = register(state, revisions, _properties("drop_index", index=decl.name), made_at)
+    return IndexResult(done.manifest_version, done.committed, done.skipped)
+
+
+def optimize_indexes(ns: NamespaceState | HasState, filter: FilterLike = None) -> IndexResult:
+    """Build the declared indexes the selected partition tables lack and fold rows appended
+    since into the ones they have, registered in one manifest commit."""
+    state = state_of(ns)
+    state.require_unpinned("optimize its indexes")
+    state.store.check_store()
+    state.refresh()
+    decls = declared(state)
+    if not decls:
+        return IndexResult(state.version, ())
+    made_at = epoch(state.snapshot)
+    revisions = _reindex(state, state.plan_scan(filter).tasks, decls, fold=True)
+    done: Registered = register(state, revisions, _properties("optimize_indexes"), made_at)
+    return IndexResult(done.manifest_version, done.committed, done.skipped)
+
+
+def table_states(
+    state: NamespaceState, decls: Sequence[IndexDeclaration], tasks: Sequence[ScanTask]
+) -> list[tuple[ScanTask, list[TableIndexState]]]:
+    """What each table of ``tasks`` holds of each of ``decls``."""
+    schema = state.schema_with_ids
+    opts = state.storage_options
+
+    def one(task: ScanTask) -> tuple[ScanTask, list[TableIndexState]]:
+        ds = open_table(task, opts)
+        return task, [table_state(ds, d, schema) for d in decls]
+
+    return parallel_map(one, list(tasks), table_threads(state.uri))
+
+
+def coverages(ns: NamespaceState | HasState, filter: FilterLike = None) -> list[IndexCoverage]:
+    """Every declared index with its coverage over the partitions ``filter`` selects."""
+    state = state_of(ns)
+    decls = declared(state)
+    if not decls:
+        return []
+    found = table_states(state, decls, state.plan_scan(filter).tasks)
+    out = []
+    for i, d in enumerate(decls):
+        states = [(task, per[i]) for task, per in found]
+        needing = tuple(sorted(t.object_id for t, s in states if s.needed and not s.present))
+        out.append(
+            IndexCoverage(
+                name=d.name,
+                column=d.column,
+                index_type=d.index_type,
+                min_rows=d.min_rows,
+                params=dict(d.params),
+                partitions_indexed=sum(1 for _, s in states if s.present),
+                partitions_needing=len(needing),
+                partitions_flat=sum(1 for _, s in states if not s.needed and not s.present),
+                partitions_total=len(states),
+                indexed_rows=sum(s.indexed_rows for _, s in states if s.present),
+                unindexed_rows=sum(s.unindexed_rows if s.present else s.rows for _, s in states),
+                needing=needing,
+            )
+        )
+    return out
+
+
+def coverage(ns: NamespaceState | HasState, name: str) -> IndexCoverage:
+    """The coverage of the declared index ``name``."""
+    find(ns, name)
+    return next(c for c in coverages(ns) if c.name == name)

@@ -1,0 +1,360 @@
+"""Searching a namespace: the partitions a filter keeps are searched concurrently, each with
+its own index (or exhaustively when it has none), the filter applied inside each before
+ranking, and the per-partition results merged into one global top k.
+
+Vector queries return the k nearest rows with ``_distance`` (ascending; Lance's distances:
+squared L2, ``1 - cosine``, ``1 - dot``); text queries are in :mod:`.text`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..arrow_json import strip_field_ids
+from ..conform import conform_for_read
+from ..errors import SearchQueryError
+from ..filters import FilterLike
+from ..health import parallel_map
+from ..partition_constants import fill_constants
+from ..planning import ScanTask
+from ..scan import (
+    _filtered,
+    _guarded,
+    _layout,
+    iter_task_batches,
+    lance_filter,
+    open_table,
+    read_schema,
+    scan_concurrency,
+)
+from ..state import HasState, NamespaceState, state_of
+from .catalog import declared
+from .declaration import IndexDeclaration, vector_dimension
+
+DISTANCE = "_distance"
+SCORE = "_score"
+VECTOR_PARAMS = (
+    "nprobes",
+    "minimum_nprobes",
+    "maximum_nprobes",
+    "refine_factor",
+    "ef",
+    "use_index",
+)
+T = TypeVar("T")
+DEFAULT_REFINE = 1  # rows re-ranked by exact distance per row kept, unless refine_factor is given
+
+
+@dataclass(frozen=True)
+class Searched:
+    """One partition table opened for a search: where its columns are, and the filter that
+    applies inside it (None: none; ``lance_sql`` None while ``sql`` is set: DataFusion
+    applies it after reading)."""
+
+    task: ScanTask
+    ds: lance.LanceDataset
+    sources: dict[str, str | None]
+    native: bool  # the table holds every namespace column under the same name and type
+    sql: str | None
+    lance_sql: str | None
+
+    @property
+    def pushable(self) -> bool:
+        """Lance can search this table with the filter inside it."""
+        return self.native and (self.sql is None or self.lance_sql is not None)
+
+
+def open_searched(
+    task: ScanTask, schema: pa.Schema, residual: str | None, opts: dict[str, str] | None
+) -> Searched:
+    """``task``'s table opened for a search under the plan's ``residual`` filter."""
+    ds = open_table(task, opts)
+    sources, native = _layout(ds.schema, schema)
+    sql = None if task.filter_implied else residual
+    plain = strip_field_ids(schema)
+    return Searched(task, ds, dict(sources), native, sql, lance_filter(sql, plain))
+
+
+def for_each_partition(
+    state: NamespaceState, tasks: Sequence[ScanTask], fn: Callable[[ScanTask], T]
+) -> list[T]:
+    """``fn`` on every task, concurrently (as many at once as a scan reads), raw storage
+    failures raised as :class:`PartitionReadError` naming the partition."""
+    threads = scan_concurrency(state.uri)
+    return parallel_map(lambda t: _guarded(t, lambda: fn(t)), list(tasks), threads)
+
+
+def rows_by_id(
+    searched: Searched, row_ids: Sequence[int], schema: pa.Schema, wanted: pa.Schema
+) -> pa.Table:
+    """The rows ``row_ids`` of a searched table in the namespace's ``wanted`` columns (in the
+    order given), then those the search filter keeps (``_rowid`` kept as a column)."""
+    plain = strip_field_ids(schema)
+    need = plain if searched.sql else wanted
+    present = [src for f in need if (src := searched.sources.get(f.name)) is not None]
+    ids = [int(i) for i in row_ids]
+    if present:
+        raw = searched.ds._take_rows(ids, columns=present)
+    else:
+        raw = pa.table({"__rows": pa.nulls(len(ids), pa.null())})
+    table = conform_for_read(raw, need, searched.task.object_id, searched.sources)
+    table = fill_constants(table, searched.task.constants, need)
+    table = table.append_column("_rowid", pa.array(ids, pa.uint64()))
+    if searched.sql:
+        table = _filtered(table, searched.sql, table.schema)
+    return table.select([*wanted.names, "_rowid"])
+
+
+def check_k(k: Any) -> int:
+    """``k`` as a positive integer (raises :class:`SearchQueryError`)."""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise SearchQueryError(f"k must be a positive integer, got {k!r}")
+    return int(k)
+
+
+def query_kind(query: Any) -> str:
+    """``text`` for a string, ``vector`` for a sequence of numbers (raises otherwise)."""
+    if isinstance(query, str):
+        return "text"
+    if isinstance(query, np.ndarray | pa.Array | pa.ChunkedArray | list | tuple):
+        return "vector"
+    raise SearchQueryError(
+        f"a search query is a string (full text) or a list / numpy array of numbers (a vector), "
+        f"got {type(query).__name__}"
+    )
+
+
+def search(
+    ns: NamespaceState | HasState,
+    query: Any,
+    *,
+    column: str | None = None,
+    k: int = 10,
+    filter: FilterLike = None,
+    columns: Sequence[str] | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> pa.Table:
+    """The ``k`` best rows for ``query`` across the partitions ``filter`` keeps (see the
+    facade's ``search``)."""
+    state = state_of(ns)
+    k = check_k(k)
+    kind = query_kind(query)
+    decls = declared(state)
+    schema = state.schema_with_ids
+    plain = strip_field_ids(schema)
+    target = read_schema(plain, columns)
+    if kind == "text":
+        from .text import search_text
+
+        decl = text_index(plain, decls, column)
+        return search_text(state, query, decl, k, filter, target, dict(params or {}))
+    name, metric = vector_column(plain, decls, column)
+    dimension = vector_dimension(plain.field(name).type)
+    assert dimension is not None
+    vector = as_vector(query, dimension, name)
+    extra = _vector_params(params or {})
+    metric = str(extra.pop("metric", metric)).lower()
+    plan = state.plan_scan(filter)
+
+    def one(task: ScanTask) -> pa.Table:
+        searched = open_searched(task, schema, plan.residual_filter, state.storage_options)
+        if searched.pushable:
+            return _nearest(searched, target, name, vector, k, metric, extra)
+        return _flat(searched, schema, target, name, vector, k, metric, state.storage_options)
+
+    out_schema = target.append(pa.field(DISTANCE, pa.float32()))
+    parts = [t for t in for_each_partition(state, plan.tasks, one) if t.num_rows]
+    if not parts:
+        return out_schema.empty_table()
+    merged = pa.concat_tables(parts)
+    order = pc.sort_indices(merged, sort_keys=[(DISTANCE, "ascending")])
+    return merged.take(order[:k])
+
+
+def text_index(
+    plain: pa.Schema, decls: Sequence[IndexDeclaration], column: str | None
+) -> IndexDeclaration:
+    """The full-text index a text query searches (on ``column``, else the only one)."""
+    text = [d for d in decls if d.kind == "text"]
+    if column is not None:
+        if plain.get_field_index(column) < 0:
+            raise SearchQueryError(
+                f"no column {column!r} in the namespace schema (columns: {', '.join(plain.names)})"
+            )
+        on = [d for d in text if d.column == column]
+        if not on:
+            raise SearchQueryError(
+                f"a text query needs a full-text (INVERTED) index on {column!r}: declare one "
+                f"with ns.create_index({column!r}, 'INVERTED')"
+            )
+        return on[0]
+    if len(text) == 1:
+        return text[0]
+    if not text:
+        raise SearchQueryError(
+            "a text query needs a full-text (INVERTED) index; none is declared "
+            "(ns.create_index(column, 'INVERTED'))"
+        )
+    raise SearchQueryError(
+        f"full-text indexes are declared on {sorted({d.column for d in text})}: pass column="
+    )
+
+
+def vector_column(
+    plain: pa.Schema, decls: Sequence[IndexDeclaration], column: str | None
+) -> tuple[str, str]:
+    """The vector column a vector query searches, and its metric (the declared index's)."""
+    vector_decls = [d for d in decls if d.kind == "vector"]
+    if column is not None:
+        if plain.get_field_index(column) < 0:
+            raise SearchQueryError(
+                f"no column {column!r} in the namespace schema (columns: {', '.join(plain.names)})"
+            )
+        if vector_dimension(plain.field(column).type) is None:
+            raise SearchQueryError(
+                f"column {column!r} is {plain.field(column).type}, not a vector column: a "
+                "vector query searches a fixed-size list of floats"
+            )
+        on = [d for d in vector_decls if d.column == column]
+        return column, on[0].metric if on else "l2"
+    declared_columns = sorted({d.column for d in vector_decls})
+    if len(declared_columns) == 1:
+        on = [d for d in vector_decls if d.column == declared_columns[0]]
+        return declared_columns[0], on[0].metric
+    if len(declared_columns) > 1:
+        raise SearchQueryError(f"vector indexes are declared on {declared_columns}: pass column=")
+    candidates = [f.name for f in plain if vector_dimension(f.type) is not None]
+    if len(candidates) == 1:
+        return candidates[0], "l2"
+    if not candidates:
+        raise SearchQueryError("a vector query needs a vector column; the namespace has none")
+    raise SearchQueryError(f"the namespace has vector columns {candidates}: pass column=")
+
+
+def as_vector(query: Any, dimension: int, column: str) -> np.ndarray:
+    """``query`` as a float32 vector of ``dimension`` (raises naming the column)."""
+    try:
+        if isinstance(query, pa.Array | pa.ChunkedArray):
+            query = query.to_numpy(zero_copy_only=False)
+        vector = np.asarray(query, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise SearchQueryError(f"a vector query for {column!r} must hold numbers only") from None
+    if vector.ndim != 1 or vector.shape[0] != dimension:
+        raise SearchQueryError(
+            f"column {column!r} holds vectors of dimension {dimension}; the query has "
+            f"shape {tuple(vector.shape)}"
+        )
+    if not np.all(np.isfinite(vector)):
+        raise SearchQueryError(f"a vector query for {column!r} must hold finite numbers")
+    return vector
+
+
+def _vector_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(params) - set(VECTOR_PARAMS) - {"metric"})
+    if unknown:
+        raise SearchQueryError(
+            f"unknown vector search parameter(s) {unknown}; known: metric, "
+            + ", ".join(VECTOR_PARAMS)
+        )
+    return dict(params)
+
+
+def _nearest(
+    searched: Searched,
+    target: pa.Schema,
+    column: str,
+    vector: np.ndarray,
+    k: int,
+    metric: str,
+    extra: dict[str, Any],
+) -> pa.Table:
+    """Lance's nearest-neighbour search of one table, the filter applied before ranking; an
+    index search that returns fewer than ``k`` rows while more match is redone exhaustively."""
+    ds = searched.ds
+    nearest = {"column": column, "q": vector, "k": k, "metric": metric, **extra}
+    # exact distances for the k rows kept, so that partitions' results merge by true distance
+    # (an index's quantized distances differ from table to table)
+    nearest.setdefault("refine_factor", DEFAULT_REFINE)
+    cols = list(target.names)
+    found = ds.to_table(columns=cols, nearest=nearest, filter=searched.lance_sql, prefilter=True)
+    if found.num_rows < k:
+        has_vector = f"{_quoted(column)} IS NOT NULL"
+        where = f"({searched.lance_sql}) AND {has_vector}" if searched.lance_sql else has_vector
+        if ds.count_rows(filter=where) > found.num_rows:
+            nearest["use_index"] = False
+            found = ds.to_table(
+                columns=cols, nearest=nearest, filter=searched.lance_sql, prefilter=True
+            )
+    return _shaped(found, target, DISTANCE)
+
+
+def _flat(
+    searched: Searched,
+    schema: pa.Schema,
+    target: pa.Schema,
+    column: str,
+    vector: np.ndarray,
+    k: int,
+    metric: str,
+    opts: dict[str, str] | None,
+) -> pa.Table:
+    """An exhaustive search of a table Lance cannot search as it is (an older layout, or a
+    filter only DataFusion evaluates): its rows read in the namespace schema, then ranked."""
+    names = list(dict.fromkeys([*target.names, column]))
+    batches = list(
+        iter_task_batches(
+            searched.task,
+            schema,
+            names,
+            searched.sql,
+            opts,
+            translated_filter=searched.lance_sql,
+        )
+    )
+    plain = strip_field_ids(schema)
+    rows = pa.Table.from_batches(batches, schema=read_schema(plain, names))
+    rows = rows.filter(pc.is_valid(rows.column(column)))
+    if rows.num_rows == 0:
+        return target.append(pa.field(DISTANCE, pa.float32())).empty_table()
+    matrix = _matrix(rows.column(column), vector.shape[0])
+    distances = distance(matrix, vector, metric)
+    top = np.argsort(distances, kind="stable")[:k]
+    picked = rows.take(pa.array(top)).select(list(target.names))
+    return picked.append_column(DISTANCE, pa.array(distances[top], pa.float32()))
+
+
+def _matrix(values: pa.ChunkedArray, dimension: int) -> np.ndarray:
+    flat = pc.list_flatten(values.combine_chunks()).to_numpy(zero_copy_only=False)
+    return np.asarray(flat, dtype=np.float32).reshape(-1, dimension)
+
+
+def distance(matrix: np.ndarray, vector: np.ndarray, metric: str) -> np.ndarray:
+    """Distances of the rows of ``matrix`` to ``vector`` as Lance computes them."""
+    if metric == "cosine":
+        norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(vector)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sims = np.where(norms > 0, matrix @ vector / norms, 0.0)
+        out: np.ndarray = (1.0 - sims).astype(np.float32)
+    elif metric == "dot":
+        out = (1.0 - matrix @ vector).astype(np.float32)
+    else:
+        diff = matrix - vector
+        out = np.einsum("ij,ij->i", diff, diff).astype(np.float32)
+    return out
+
+
+def _shaped(found: pa.Table, target: pa.Schema, extra: str) -> pa.Table:
+    """Lance's search result in ``target``'s columns plus the ``extra`` column (float32)."""
+    arrays = [found.column(f.name).cast(f.type) for f in target]
+    arrays.append(found.column(extra).cast(pa.float32()))
+    return pa.Table.from_arrays(arrays, schema=target.append(pa.field(extra, pa.float32())))
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
