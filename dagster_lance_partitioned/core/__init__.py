@@ -5,6 +5,9 @@ from .errors import (
     ConditionalPutUnsupportedError,
     ExpressionError,
     FilterError,
+    IndexBuildError,
+    IndexDeclarationError,
+    IndexNotFoundError,
     MaintenanceConflictError,
     ManifestError,
     NamespaceExistsError,
@@ -18,6 +21,8 @@ from .errors import (
     ResultTypeMismatchError,
     SchemaError,
     SchemaMismatchError,
+    SearchError,
+    SearchQueryError,
     SpecError,
     StorageError,
     UnknownTransformError,
@@ -35,6 +40,7 @@ from .maintenance import (
 )
 from .namespace import PartitionedNamespace
 from .planning import ScanPlan, ScanTask
+from .search.catalog import IndexCoverage, IndexResult
 from .spec import PartitionField, PartitionSpec, SpecField
 from .windows import TimeWindow
 from .write import PartitionWrite, WriteMode, WriteResult
@@ -48,6 +54,11 @@ __all__ = [
     "DroppedPartition",
     "ExpressionError",
     "FilterError",
+    "IndexBuildError",
+    "IndexCoverage",
+    "IndexDeclarationError",
+    "IndexNotFoundError",
+    "IndexResult",
     "IntegrityIssue",
     "MaintenanceConflictError",
     "ManifestError",
@@ -70,6 +81,8 @@ __all__ = [
     "SchemaError",
     "SchemaIssue",
     "SchemaMismatchError",
+    "SearchError",
+    "SearchQueryError",
     "SpecError",
     "SpecField",
     "StorageError",

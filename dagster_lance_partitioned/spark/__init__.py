@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from .errors import ScatteredWriteWarning, SparkOptionError
 from .frames import read_dataframe, write_dataframe
+from .indexes import build_indexes
 from .options import FORMAT
 from .source import LancePartitionedDataSource, with_parallelism
 
@@ -22,6 +23,7 @@ __all__ = [
     "LancePartitionedDataSource",
     "ScatteredWriteWarning",
     "SparkOptionError",
+    "build_indexes",
     "read_dataframe",
     "register",
     "write_dataframe",

@@ -7,7 +7,7 @@ registered together in one commit. A build that fails commits nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -93,32 +93,33 @@ def _properties(operation: str, **more: str) -> dict[str, str]:
     return {"operation": operation, "writer": WRITER_ID, "overwritten": "[]", **more}
 
 
-def _reindex(
-    state: NamespaceState,
-    tasks: Sequence[ScanTask],
-    decls: Sequence[IndexDeclaration],
-    *,
-    fold: bool = False,
-    drop: Sequence[str] = (),
-) -> list[Revision]:
-    """New versions of the tables of ``tasks`` carrying ``decls`` (see ``index_version``), for
-    the tables where anything changed."""
-    schema = state.schema_with_ids
-    opts = state.storage_options
+@dataclass(frozen=True)
+class Reindex:
+    """The indexing of a set of partition tables, to run where the caller chooses (threads
+    here, Spark tasks in :func:`dagster_lance_partitioned.spark.build_indexes`): ``decls``
+    built (``fold``: appended rows folded in), ``drop`` removed, on each table of ``tasks``."""
 
-    def one(task: ScanTask) -> Revision | None:
+    tasks: tuple[ScanTask, ...]
+    decls: tuple[IndexDeclaration, ...]
+    schema: Any  # the namespace schema with field ids (pa.Schema)
+    storage_options: dict[str, str] | None
+    fold: bool = False
+    drop: tuple[str, ...] = ()
+
+    def one(self, task: ScanTask) -> Revision | None:
+        """The new version of ``task``'s table (None: nothing to change)."""
         if task.read_branch is not None:
             return None  # branch-pinned tables are not written by this package
-        ds = open_table(task, opts)
+        ds = open_table(task, self.storage_options)
         done = index_version(
             task.uri,
             ds.version,
-            decls,
-            schema,
-            opts,
+            self.decls,
+            self.schema,
+            self.storage_options,
             object_id=task.object_id,
-            fold=fold,
-            drop=drop,
+            fold=self.fold,
+            drop=self.drop,
             dataset=ds,
         )
         if done.version == ds.version:
@@ -126,8 +127,38 @@ def _reindex(
         pin = Pin(task.read_version, task.read_branch, task.read_tag)
         return Revision(task.object_id, task.location, pin, done.version)
 
-    made = parallel_map(one, list(tasks), table_threads(state.uri))
-    return [r for r in made if r is not None]
+
+Runner = Callable[[Reindex], list[Revision]]
+
+
+def run_in_threads(job: Reindex) -> list[Revision]:
+    """``job`` in this process, a few tables at a time."""
+    if not job.tasks:
+        return []
+    threads = table_threads(job.tasks[0].uri)
+    return [r for r in parallel_map(job.one, list(job.tasks), threads) if r is not None]
+
+
+def _reindex(
+    state: NamespaceState,
+    tasks: Sequence[ScanTask],
+    decls: Sequence[IndexDeclaration],
+    *,
+    fold: bool = False,
+    drop: Sequence[str] = (),
+    runner: Runner | None = None,
+) -> list[Revision]:
+    """New versions of the tables of ``tasks`` carrying ``decls`` (see ``index_version``), for
+    the tables where anything changed."""
+    job = Reindex(
+        tuple(tasks),
+        tuple(decls),
+        state.schema_with_ids,
+        state.storage_options,
+        fold,
+        tuple(drop),
+    )
+    return (runner or run_in_threads)(job)
 
 
 def _set_metadata(
@@ -160,6 +191,7 @@ def create_index(
     name: str | None = None,
     min_rows: int | None = None,
     params: Mapping[str, Any] | None = None,
+    runner: Runner | None = None,
 ) -> IndexCoverage:
     """Declare an index on ``column`` for the whole namespace and index every partition table
     whose size calls for it; returns its coverage. Declaring the same index again indexes the
@@ -177,14 +209,18 @@ def create_index(
         params=params or {},
     )
     before = state.metadata.get(decl.key) or None
-    if before is not None and before != decl.to_json():
-        raise IndexDeclarationError(
-            f"index {decl.name!r} is already declared as {before}; drop it first or choose "
-            "another name"
-        )
+    value = decl.to_json()
+    if before is not None:
+        # compared as declared now: a renamed column is followed by its field id
+        if IndexDeclaration.from_json(decl.name, before).with_column(state.schema_with_ids) != decl:
+            raise IndexDeclarationError(
+                f"index {decl.name!r} is already declared as {before}; drop it first or choose "
+                "another name"
+            )
+        value = before  # the same declaration, kept as stored
     made_at = epoch(state.snapshot)
-    revisions = _reindex(state, state.plan_scan(None).tasks, [decl])
-    _set_metadata(state, decl.key, decl.to_json(), "create_index", expect=None)
+    revisions = _reindex(state, state.plan_scan(None).tasks, [decl], runner=runner)
+    _set_metadata(state, decl.key, value, "create_index", expect=None)
     register(state, revisions, _properties("create_index", index=decl.name), made_at)
     return coverage(state, decl.name)
 
@@ -204,7 +240,9 @@ def drop_index(ns: NamespaceState | HasState, name: str) -> IndexResult:
     return IndexResult(done.manifest_version, done.committed, done.skipped)
 
 
-def optimize_indexes(ns: NamespaceState | HasState, filter: FilterLike = None) -> IndexResult:
+def optimize_indexes(
+    ns: NamespaceState | HasState, filter: FilterLike = None, runner: Runner | None = None
+) -> IndexResult:
     """Build the declared indexes the selected partition tables lack and fold rows appended
     since into the ones they have, registered in one manifest commit."""
     state = state_of(ns)
@@ -215,7 +253,7 @@ def optimize_indexes(ns: NamespaceState | HasState, filter: FilterLike = None) -
     if not decls:
         return IndexResult(state.version, ())
     made_at = epoch(state.snapshot)
-    revisions = _reindex(state, state.plan_scan(filter).tasks, decls, fold=True)
+    revisions = _reindex(state, state.plan_scan(filter).tasks, decls, fold=True, runner=runner)
     done: Registered = register(state, revisions, _properties("optimize_indexes"), made_at)
     return IndexResult(done.manifest_version, done.committed, done.skipped)
 
@@ -257,7 +295,13 @@ def coverages(ns: NamespaceState | HasState, filter: FilterLike = None) -> list[
                 partitions_flat=sum(1 for _, s in states if not s.needed and not s.present),
                 partitions_total=len(states),
                 indexed_rows=sum(s.indexed_rows for _, s in states if s.present),
-                unindexed_rows=sum(s.unindexed_rows if s.present else s.rows for _, s in states),
+                # rows searched without the index although their table's size calls for it
+                # (appended since it was built, or in a table needing one): not those of
+                # tables below min_rows, which are searched flat by design
+                unindexed_rows=sum(
+                    s.unindexed_rows if s.present else (s.rows if s.needed else 0)
+                    for _, s in states
+                ),
                 needing=needing,
             )
         )
