@@ -54,6 +54,7 @@ from ..core.row_changes import (
 )
 from ..core.row_changes.merge import MergeOptions, check_input_schema, duplicate_key_error
 from ..core.row_changes.plan import ChangePlan, keys_cover_partitions, source_names
+from ..core.search.catalog import declared
 from ..core.state import NamespaceState
 from .frames import _functions, activate
 from .merge_job import AWAY, HOME, KIND, ROUTE, ROUTE_COLUMNS, MergeJob
@@ -190,6 +191,7 @@ def plan_job(state: NamespaceState, opts: MergeOptions) -> MergeJob:
         scoped,
         confined,
         snap.metadata.get(NAMING_KEY),
+        tuple(declared(state)),
     )
 
 

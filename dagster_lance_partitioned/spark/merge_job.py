@@ -47,6 +47,7 @@ from ..core.row_changes import (
 )
 from ..core.row_changes import keys as K
 from ..core.row_changes.merge import check_keys, check_null_keys, confined_error
+from ..core.search.declaration import IndexDeclaration
 from ..core.spec import PartitionSpec
 from .result import carried, key_text
 from .types import conform_batch
@@ -77,6 +78,7 @@ class MergeJob:
     scoped: frozenset[str] = frozenset()  # routes of the tables ``scope`` selects
     confined: frozenset[str] | None = None  # routes of the tables ``confine`` selects
     naming_key: str | None = None  # of the namespace (see core.naming)
+    indexes: tuple[IndexDeclaration, ...] = ()  # declared: built on every version made
 
     # -- naming ----------------------------------------------------------------------------
     def name_of(self, prefix: tuple[Any, ...]) -> str:
@@ -177,6 +179,7 @@ class MergeJob:
         away = _flags(left)
         moved_in = _stored_keys(right, on, write_schema)
         executor = TableExecutor(self.root, self.storage_options)
+        executor.index_with(list(self.indexes), self.schema)
         task = self.tables.get(route)
         if task is None:  # a new partition of the current spec
             write = (away & opts.update) | (~away & opts.insert)

@@ -103,3 +103,21 @@ def test_a_bad_declaration_is_refused_before_any_task(spark, ns):
     with pytest.raises(IndexDeclarationError, match="'id'"):
         build_indexes(spark, ns.uri, [{"column": "id", "index_type": "FTS"}])
     assert ns.refresh().version == before
+
+
+def test_a_spark_merge_indexes_the_tables_it_writes(spark, ns):
+    from dagster_lance_partitioned.spark.merge import merge_dataframe
+
+    ns.create_index("txt", "FTS")
+    fresh = _table(40, ["a", "new"], seed=5).set_column(0, "id", pa.array(range(7000, 7040)))
+    df = spark.createDataFrame(fresh.drop_columns(["v"]).to_pandas())
+    merge_dataframe(df, ns.uri, "id")
+    ns.refresh()
+    assert {c.name: c.partitions_needing for c in ns.indexes()} == {"txt_inverted": 0}
+    indexes = _indexes_of(ns)
+    assert indexes["new"] == {"txt_inverted"}  # a partition the merge created
+    assert indexes["a"] == {"txt_inverted"}
+    found = ns.search("apple", k=1000, filter="id >= 7000", columns=["id"])
+    assert sorted(found.column("id").to_pylist()) == [
+        i for i in range(7000, 7040) if (i - 7000) % 3 == 0
+    ]
