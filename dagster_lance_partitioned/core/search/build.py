@@ -81,7 +81,7 @@ def table_state(
     column = column_sources(ds.schema, schema).get(decl.column)
     found = indexes.get(decl.name)
     indexed = int(found.num_rows_indexed) if found is not None else 0
-    needed = column is not None and rows > 0 and rows >= decl.min_rows
+    needed = column is not None and rows > 0 and rows >= max(decl.min_rows, decl.trainable_rows)
     return TableIndexState(decl.name, rows, found is not None, needed, indexed, column)
 
 
@@ -122,9 +122,13 @@ def index_version(
         if not state.present:
             new.append(_build(ds, decl, state, fragments, object_id))
             built.append(decl.name)
-        elif fold and state.unindexed_rows > 0:
+        elif fold:
+            stale = _stale_statistics(ds, decl, state)
+            if not stale and state.unindexed_rows == 0:
+                continue
             current = indexes[decl.name]
-            if decl.kind == "vector":
+            if decl.kind == "vector" or stale:
+                # trained again / statistics recounted: the whole index anew
                 new.append(_build(ds, decl, state, fragments, object_id, replace=True))
                 removed.extend(_segments(current))
             else:
@@ -154,6 +158,21 @@ def index_version(
     return IndexedVersion(int(committed.version), tuple(built), tuple(dropped))
 
 
+def _stale_statistics(
+    ds: lance.LanceDataset, decl: IndexDeclaration, state: TableIndexState
+) -> bool:
+    """Whether a full-text index scores with document statistics of rows deleted since it was
+    built (Lance keeps them until the index is rebuilt)."""
+    if decl.kind != "text":
+        return False
+    try:
+        stats = ds.index_statistics(decl.name)
+    except (OSError, ValueError, RuntimeError):
+        return False
+    docs = sum(int(s.get("num_docs", 0)) for s in stats.get("segments") or stats.get("indices", []))
+    return docs > state.rows
+
+
 def _build(
     ds: lance.LanceDataset,
     decl: IndexDeclaration,
@@ -178,7 +197,7 @@ def _build(
         if decl.kind != "vector":
             # scalar and full-text segments are published in their merged form
             segment = ds.merge_existing_index_segments([segment])
-    except (OSError, ValueError, RuntimeError, TypeError) as e:
+    except (OSError, ValueError, RuntimeError, TypeError, ArithmeticError) as e:
         raise IndexBuildError(
             f"partition {object_id or ds.uri}: cannot build index {decl.name!r} "
             f"({decl.index_type} on {decl.column!r}, {state.rows} rows): {clean_message(e)}"

@@ -145,6 +145,16 @@ class IndexDeclaration:
         """The distance metric of a vector index (``l2`` unless declared)."""
         return str(self.params.get("metric", "l2")).lower()
 
+    @property
+    def trainable_rows(self) -> int:
+        """The fewest rows Lance trains this index on: an ``IVF_PQ`` codebook needs
+        ``2 ** num_bits`` (default 256) rows; on fewer Lance publishes an index covering no
+        row, so such tables are searched flat like those below ``min_rows``."""
+        if self.index_type == "IVF_PQ":
+            bits = self.params.get("num_bits", 8)
+            return 2 ** int(bits) if isinstance(bits, int) and 0 < bits <= 16 else 1
+        return 1
+
     def tokenizer(self) -> dict[str, Any]:
         """The tokenizer options of a full-text index (for tokenizing queries alike)."""
         return {k: v for k, v in self.params.items() if k in TOKENIZER_OPTIONS}

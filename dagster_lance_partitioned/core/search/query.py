@@ -35,7 +35,7 @@ from ..scan import (
 )
 from ..state import HasState, NamespaceState, state_of
 from .catalog import declared
-from .declaration import IndexDeclaration, vector_dimension
+from .declaration import METRICS, IndexDeclaration, vector_dimension
 
 DISTANCE = "_distance"
 SCORE = "_score"
@@ -160,6 +160,10 @@ def search(
     vector = as_vector(query, dimension, name)
     extra = _vector_params(params or {})
     metric = str(extra.pop("metric", metric)).lower()
+    if metric not in METRICS:
+        raise SearchQueryError(
+            f"metric {metric!r}: vector search takes one of {', '.join(METRICS)}"
+        )
     plan = state.plan_scan(filter)
 
     def one(task: ScanTask) -> pa.Table:

@@ -10,7 +10,9 @@ from the partition's idf to the idf of all searched partitions together (their d
 the token's document frequency summed), and a row's score is the sum over the query's tokens:
 the BM25 score a single table holding the searched partitions would give, except that length
 normalisation uses each partition's own average document length. Per-token results of a
-table version are cached (a version never changes).
+table version are cached (a version never changes). After rows are deleted, Lance keeps
+scoring with the statistics its index was built on, so scores drift by a few percent until
+``optimize_indexes`` rebuilds those indexes.
 
 A partition table without the index (written before the declaration reached its writer) is
 scored exhaustively with the same formula (Lance's k1 = 1.2, b = 0.75), its documents
