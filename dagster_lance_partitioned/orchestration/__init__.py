@@ -1,5 +1,6 @@
-"""Dagster layer: the IO manager storing assets as Lance partitioned namespaces and, built on it,
-asset checks, sensors and the maintenance job. The ``dg`` component is
+"""Dagster layer: the resource locating assets' Lance partitioned namespaces, the IO manager
+storing assets in them and, built on them, asset checks, sensors and the maintenance job. The
+``dg`` component is
 ``dagster_lance_partitioned.orchestration.component.LancePartitionedComponent``."""
 
 from .checks import build_lance_partitioned_checks
@@ -32,6 +33,7 @@ from .maintenance import (
     build_lance_maintenance_schedule,
 )
 from .output import MergeOptions, OutputSlice
+from .resource import LancePartitionedResource
 from .sensors import build_lance_external_change_sensor, build_lance_schema_sensor
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "EvolutionRefusedError",
     "InvalidAssetKeyError",
     "LancePartitionedIOManager",
+    "LancePartitionedResource",
     "Layout",
     "MaintenanceConfig",
     "MergeOptions",

@@ -1,17 +1,24 @@
 """Asset checks over the partitioned namespaces of assets stored by the IO manager: schema
-consistency, read-version consistency, partition integrity and Dagster coverage. Each result
-names what a person should look at (partitions, columns, versions)."""
+consistency, read-version consistency, partition integrity and Dagster coverage of the whole
+namespace, and (optionally) the first three per Dagster partition, on only the partition tables
+of the keys a run materialized. Each result names what a person should look at (partitions,
+columns, versions)."""
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 import dagster as dg
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,
+)
+from dagster._utils.warnings import disable_dagster_warnings
 
 from ..core import health
+from ..core.manifest import ManifestSnapshot, TableEntry
 from ..core.namespace import PartitionedNamespace
-from .io_manager import LancePartitionedIOManager
-from .watched import WatchedAsset, watched_assets
+from ..core.state import NamespaceState
+from .watched import Lake, WatchedAsset, watched_assets
 
 CHECKS = ("schema", "read_versions", "integrity", "coverage")
 CHECK_NAMES = {
@@ -20,18 +27,26 @@ CHECK_NAMES = {
     "integrity": "lance_partition_integrity",
     "coverage": "lance_dagster_coverage",
 }
+# the checks that also run per Dagster partition (partitioned_checks=True), and their names
+PARTITION_CHECKS = ("schema", "read_versions", "integrity")
+PARTITION_CHECK_NAMES = {
+    "schema": "lance_schema_consistency_per_partition",
+    "read_versions": "lance_read_version_consistency_per_partition",
+    "integrity": "lance_integrity_per_partition",
+}
 _SHOWN = 20  # offenders listed in metadata (all are counted)
 
 
 def build_lance_partitioned_checks(
     assets: Sequence[dg.AssetsDefinition | dg.AssetSpec],
-    io_manager: LancePartitionedIOManager,
+    lance: Lake,
     *,
     checks: Iterable[str] = CHECKS,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
     blocking: bool | Iterable[str] = False,
     integrity_sample: int | None = 20,
     history: int | None = 50,
+    partitioned_checks: bool = False,
 ) -> list[dg.AssetChecksDefinition]:
     """Asset checks for every asset: ``schema`` (partition tables agree with the namespace
     schema), ``read_versions`` (every pinned version is readable, no uncommitted versions,
@@ -43,7 +58,17 @@ def build_lance_partitioned_checks(
     An asset's checks run together in one step (one definition per asset, named
     ``<asset>_lance_checks``), reading its namespace once; any subset of them can be run.
     ``blocking`` (True, or the names of the blocking checks) makes checks stop downstream
-    assets of a run that failed them."""
+    assets of a run that failed them. ``lance`` is the :class:`~.resource.LancePartitionedResource`
+    (or the IO manager) the assets are stored with.
+
+    ``partitioned_checks`` adds, for every partitioned asset, the ``schema``, ``read_versions``
+    and ``integrity`` checks (those chosen) per Dagster partition, as partitioned asset checks
+    named ``lance_schema_consistency_per_partition``, ``lance_read_version_consistency_per_
+    partition`` and ``lance_integrity_per_partition`` (one more step per asset,
+    ``<asset>_lance_partition_checks``): a run evaluates them for each of its partition keys on
+    only the partition tables a read of that key uses (every row of them), so the UI shows a
+    check state per partition. Partitioned asset checks are a preview feature of Dagster 1.13,
+    hence off by default."""
     checks = list(dict.fromkeys(checks))
     unknown = sorted(set(checks) - set(CHECKS))
     blocking_checks = set(CHECKS if blocking is True else [] if blocking is False else blocking)
@@ -56,11 +81,20 @@ def build_lance_partitioned_checks(
         "integrity": lambda w, ns, ctx: _integrity(w, ns, integrity_sample),
         "coverage": _coverage,
     }
-    return [
+    watched = watched_assets(assets, lance)
+    out = [
         _checks_of(w, {c: runners[c] for c in checks}, blocking_checks, severity)
-        for w in watched_assets(assets, io_manager)
+        for w in watched
         if checks
     ]
+    per_partition = [c for c in checks if c in PARTITION_CHECKS]
+    if partitioned_checks and per_partition:
+        out += [
+            _partition_checks_of(w, per_partition, blocking_checks, severity, history)
+            for w in watched
+            if w.layout is not None
+        ]
+    return out
 
 
 Outcome = tuple[bool, str, dict[str, Any]]  # passed, description, metadata
@@ -148,8 +182,16 @@ def _meta(value: Any) -> Any:
 
 
 def _schema(w: WatchedAsset, ns: PartitionedNamespace) -> Outcome:
-    issues = health.check_schemas(ns)
-    specs = _spec_of(ns)
+    return _schema_outcome(w, ns, health.check_schemas(ns), _spec_of(ns))
+
+
+def _schema_outcome(
+    w: WatchedAsset,
+    ns: PartitionedNamespace,
+    issues: Sequence[health.SchemaIssue],
+    specs: dict[str, int],
+) -> Outcome:
+    """The schema check's result on the tables ``specs`` (object id -> spec id) lists."""
     offenders = [
         {
             "partition": _where(w, ns, specs.get(i.object_id, 0), i.values),
@@ -175,7 +217,19 @@ def _schema(w: WatchedAsset, ns: PartitionedNamespace) -> Outcome:
 def _read_versions(w: WatchedAsset, ns: PartitionedNamespace, history: int | None) -> Outcome:
     issues, uncommitted = health.check_read_versions(ns, history=history)
     orphans = health.find_orphans(ns)
-    specs = _spec_of(ns)
+    return _read_versions_outcome(w, ns, issues, uncommitted, _spec_of(ns), orphans)
+
+
+def _read_versions_outcome(
+    w: WatchedAsset,
+    ns: PartitionedNamespace,
+    issues: Sequence[health.VersionIssue],
+    uncommitted: Sequence[health.UncommittedVersion],
+    specs: dict[str, int],
+    orphans: Sequence[health.Orphan] | None,
+) -> Outcome:
+    """The read-version check's result on the tables ``specs`` lists (and the namespace's
+    orphan tables, unless ``orphans`` is None: not looked for)."""
     broken = [
         {
             "partition": _where(w, ns, specs.get(i.object_id, 0), i.values),
@@ -194,6 +248,14 @@ def _read_versions(w: WatchedAsset, ns: PartitionedNamespace, history: int | Non
         parts.append(f"{len(issues)} registered table(s) cannot be read at their pinned version")
     if uncommitted:
         parts.append(f"{len(uncommitted)} table(s) hold versions no manifest commit references")
+    if orphans is None:
+        return _result(
+            not issues and not uncommitted,
+            "; ".join(parts) or "every pinned version is readable; no uncommitted writes",
+            tables_checked=len(specs),
+            unreadable=_shown(broken),
+            uncommitted=_shown(pending),
+        )
     stale = [o for o in orphans if o.stale()]
     if orphans:
         oldest = max(o.age_seconds for o in orphans) / 3600
@@ -219,8 +281,19 @@ def _read_versions(w: WatchedAsset, ns: PartitionedNamespace, history: int | Non
 
 
 def _integrity(w: WatchedAsset, ns: PartitionedNamespace, sample: int | None) -> Outcome:
-    issues = health.check_integrity(ns, sample=sample)
     specs = _spec_of(ns)
+    checked = len(specs) if sample is None else min(sample, len(specs))
+    return _integrity_outcome(w, ns, health.check_integrity(ns, sample=sample), specs, checked)
+
+
+def _integrity_outcome(
+    w: WatchedAsset,
+    ns: PartitionedNamespace,
+    issues: Sequence[health.IntegrityIssue],
+    specs: dict[str, int],
+    checked: int,
+) -> Outcome:
+    """The integrity check's result: ``checked`` of the tables ``specs`` lists were read."""
     offenders = [
         {
             "partition": _where(w, ns, specs.get(i.object_id, 0), i.values),
@@ -229,7 +302,6 @@ def _integrity(w: WatchedAsset, ns: PartitionedNamespace, sample: int | None) ->
         }
         for i in issues
     ]
-    checked = len(specs) if sample is None else min(sample, len(specs))
     return _result(
         not issues,
         f"rows of {checked} partition(s) lie in their partitions"
@@ -269,3 +341,176 @@ def _coverage(
         missing_in_lance=_shown(missing_in_lance),
         missing_in_dagster=_shown(missing_in_dagster),
     )
+
+
+# -- per Dagster partition --------------------------------------------------------------------
+def _partition_checks_of(
+    w: WatchedAsset,
+    chosen: Sequence[str],
+    blocking: set[str],
+    severity: dg.AssetCheckSeverity,
+    history: int | None,
+) -> dg.AssetChecksDefinition:
+    """The per-partition checks ``chosen`` of one partitioned asset, as partitioned asset
+    checks evaluated for each partition key of the run."""
+    assert w.partitions_def is not None
+    with disable_dagster_warnings():  # a partitions_def on a check spec is preview in 1.13
+        specs = [
+            dg.AssetCheckSpec(
+                PARTITION_CHECK_NAMES[c],
+                asset=w.key,
+                blocking=c in blocking,
+                partitions_def=w.partitions_def,
+                description=f"{CHECK_NAMES[c].replace('_', ' ')} of the partition tables of "
+                f"each partition key, in the Lance partitioned namespace {w.uri}",
+            )
+            for c in chosen
+        ]
+    check_of = {PARTITION_CHECK_NAMES[c]: c for c in chosen}
+    outputs = {spec.name: spec.get_python_identifier() for spec in specs}
+    blocking_names = {spec.name for spec in specs if spec.blocking}
+
+    @dg.multi_asset_check(
+        specs=specs,
+        name=f"{'__'.join(w.key.path)}_lance_partition_checks",
+        can_subset=True,
+        description=f"Lance checks of {w.key.to_user_string()} per partition key",
+    )
+    def _run(
+        context: dg.AssetCheckExecutionContext,
+    ) -> Iterator[dg.Output[None] | dg.AssetCheckEvaluation]:
+        selected = [
+            n for n in outputs if dg.AssetCheckKey(w.key, n) in context.selected_asset_check_keys
+        ]
+        if not (context.has_partition_key or context.has_partition_key_range):
+            context.log.info(
+                f"{w.key.to_user_string()}: the per-partition Lance checks run for the partition "
+                "keys of a partitioned run; this run has none"
+            )
+            return
+        keys = [str(k) for k in context.partition_keys]
+        for name in selected:  # the check ran; its results are the per-key evaluations below
+            yield dg.Output(None, output_name=outputs[name])
+        ns = w.open()  # one namespace snapshot for every key and check of this step
+        outcomes = _per_key(w, ns, keys, [check_of[n] for n in selected], history)
+        targets = _target_materializations(context.instance, w.key, keys)
+        for key in keys:
+            for name in selected:
+                passed, description, metadata = outcomes[key][check_of[name]]
+                yield dg.AssetCheckEvaluation(
+                    asset_key=w.key,
+                    check_name=name,
+                    passed=passed,
+                    metadata={
+                        **metadata,
+                        **({"lance/manifest_version": ns.version} if ns is not None else {}),
+                        "dagster/uri": dg.MetadataValue.path(w.uri),
+                    },
+                    target_materialization_data=targets.get(key),
+                    severity=severity,
+                    description=description,
+                    blocking=name in blocking_names,
+                    partition=key,
+                )
+
+    return _run
+
+
+class _Narrowed(ManifestSnapshot):
+    """One manifest version seen through some of its partition tables only (those of the
+    checked partition keys), so that the namespace health checks inspect only those."""
+
+    def __init__(self, snapshot: ManifestSnapshot, tables: list[TableEntry]) -> None:
+        super().__init__(snapshot.dataset, list(snapshot.specs.values()))
+        self._only = tables
+
+    def tables(self) -> list[TableEntry]:
+        """The partition tables of the checked keys."""
+        return list(self._only)
+
+    def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """Not shared with whole snapshots of the version: results here cover some tables."""
+        return compute()
+
+
+def _per_key(
+    w: WatchedAsset,
+    ns: PartitionedNamespace | None,
+    keys: Sequence[str],
+    chosen: Sequence[str],
+    history: int | None,
+) -> dict[str, dict[str, Outcome]]:
+    """Each key's outcome of each chosen check, on the partition tables a read of that key
+    uses (those of older partition specs too), every table inspected once."""
+    if ns is None:
+        nothing = _result(True, "nothing stored yet")
+        return {k: dict.fromkeys(chosen, nothing) for k in keys}
+    assert w.layout is not None
+    schema = ns.schema
+    tables = {
+        k: [t.object_id for t in ns.plan_scan(w.layout.row_filter([k], schema)).tasks] for k in keys
+    }
+    wanted = sorted({o for ids in tables.values() for o in ids})
+    snapshot = ns.state.snapshot
+    entries = snapshot.entries(snapshot.rows_by_id(wanted)) if wanted else []
+    state = NamespaceState(ns.state.store, _Narrowed(snapshot, entries), pinned=True)
+    spec_ids = {e.object_id: e.spec_id for e in entries}
+    schema_issues = health.check_schemas(state) if "schema" in chosen else []
+    version_issues, uncommitted = (
+        health.check_read_versions(state, history=history)
+        if "read_versions" in chosen
+        else ([], [])
+    )
+    integrity_issues = health.check_integrity(state, sample=None) if "integrity" in chosen else []
+    out: dict[str, dict[str, Outcome]] = {}
+    for key in keys:
+        mine = set(tables[key])
+        specs = {o: spec_ids[o] for o in tables[key] if o in spec_ids}
+        found: dict[str, Outcome] = {}
+        if "schema" in chosen:
+            schema_found = [i for i in schema_issues if i.object_id in mine]
+            found["schema"] = _schema_outcome(w, ns, schema_found, specs)
+        if "read_versions" in chosen:
+            found["read_versions"] = _read_versions_outcome(
+                w,
+                ns,
+                [i for i in version_issues if i.object_id in mine],
+                [u for u in uncommitted if u.object_id in mine],
+                specs,
+                None,
+            )
+        if "integrity" in chosen:
+            rows_found = [i for i in integrity_issues if i.object_id in mine]
+            found["integrity"] = _integrity_outcome(w, ns, rows_found, specs, len(specs))
+        if not mine:  # a key without rows (or never written): nothing to check, said so
+            found = {
+                c: (True, "no partition table holds rows of this key", m)
+                for c, (_, _, m) in found.items()
+            }
+        out[key] = found
+    return out
+
+
+def _target_materializations(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, keys: Sequence[str]
+) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
+    """The latest materialization of each partition key (the one its evaluations check)."""
+
+    def fetch(wanted: Sequence[str], limit: int) -> list[Any]:
+        records_filter = dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=list(wanted))
+        return list(instance.fetch_materializations(records_filter, limit=limit).records)
+
+    out: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
+
+    def add(records: Sequence[Any]) -> None:
+        for r in records:  # newest first
+            partition = r.partition_key
+            if partition is not None and partition not in out:
+                out[partition] = AssetCheckEvaluationTargetMaterializationData(
+                    storage_id=r.storage_id, run_id=r.run_id, timestamp=r.timestamp
+                )
+
+    add(fetch(keys, len(keys)))  # usually one per key: the run's own materializations
+    for key in [k for k in keys if k not in out]:
+        add(fetch([key], 1))
+    return out

@@ -1,6 +1,6 @@
 """A Dagster component (``dg``): declare in a project's ``defs.yaml`` that a set of assets is
-stored as Lance partitioned namespaces, with the IO manager, asset checks, sensors and the
-maintenance job and schedule built for them.
+stored as Lance partitioned namespaces, with the resource locating them (key ``lance``), the IO
+manager, asset checks, sensors and the maintenance job and schedule built for them.
 
 .. code-block:: yaml
 
@@ -33,6 +33,7 @@ from pydantic import Field
 from .checks import CHECKS, build_lance_partitioned_checks
 from .io_manager import LancePartitionedIOManager
 from .maintenance import build_lance_maintenance_job, build_lance_maintenance_schedule
+from .resource import LancePartitionedResource
 from .sensors import build_lance_external_change_sensor, build_lance_schema_sensor
 
 CheckName = Literal["schema", "read_versions", "integrity", "coverage"]
@@ -60,9 +61,12 @@ class LancePartitionedScaffolder(Scaffolder):
 @scaffold_with(LancePartitionedScaffolder)
 class LancePartitionedComponent(Component, Resolvable, Model):
     """The assets of ``assets_module`` stored as Lance partitioned namespaces under ``root``,
-    with their asset checks (one step per asset), the external-change and schema sensors and
-    the maintenance job with its nightly schedule. Assets get the kind ``lance`` (and ``spark``
-    when they return a Spark DataFrame)."""
+    with their asset checks (one step per asset; with ``partitioned_checks`` one more for the
+    checks per partition), the external-change and schema sensors and the maintenance job with
+    its nightly schedule, all locating the namespaces through one
+    :class:`~.resource.LancePartitionedResource`, which asset code gets under
+    ``resource_key``. Assets get the kind ``lance`` (and ``spark`` when they return a Spark
+    DataFrame)."""
 
     root: str = Field(description="Storage root: a local path or an object store URI.")
     assets_module: str = Field(
@@ -77,11 +81,20 @@ class LancePartitionedComponent(Component, Resolvable, Model):
         default=None, description="Object store options (credentials, endpoint, region)."
     )
     io_manager_key: str = Field(default="io_manager", description="The IO manager's key.")
+    resource_key: str = Field(
+        default="lance",
+        description="The key of the LancePartitionedResource asset code opens namespaces with.",
+    )
     checks: list[CheckName] = Field(
         default_factory=lambda: list(get_args(CheckName)), description="Which asset checks to add."
     )
     blocking_checks: list[CheckName] = Field(
         default_factory=list, description="Checks that stop downstream assets when they fail."
+    )
+    partitioned_checks: bool = Field(
+        default=False,
+        description="Also run the schema, read_versions and integrity checks per partition key "
+        "of each run, as partitioned asset checks (a preview feature of Dagster 1.13).",
     )
     external_change_sensor: bool = Field(
         default=True, description="Add the sensor reporting commits made outside Dagster."
@@ -97,11 +110,17 @@ class LancePartitionedComponent(Component, Resolvable, Model):
     )
 
     def build_defs(self, context: ComponentLoadContext) -> dg.Definitions:
-        """The assets (with kinds and the IO manager key), checks, sensors, job and schedule."""
-        lake = LancePartitionedIOManager(root=self.root, storage_options=self.storage_options)
+        """The assets (with kinds and the IO manager key), checks, sensors, job and schedule,
+        and the resource and IO manager."""
+        lake = LancePartitionedResource(root=self.root, storage_options=self.storage_options)
+        io_manager = LancePartitionedIOManager(root=lake.root, storage_options=lake.storage_options)
         assets = [_with_kinds(a, self.io_manager_key) for a in self._load_assets()]
         checks = build_lance_partitioned_checks(
-            assets, lake, checks=self.checks, blocking=self.blocking_checks
+            assets,
+            lake,
+            checks=self.checks,
+            blocking=self.blocking_checks,
+            partitioned_checks=self.partitioned_checks,
         )
         sensors: list[dg.SensorDefinition] = []
         if self.external_change_sensor:
@@ -130,7 +149,7 @@ class LancePartitionedComponent(Component, Resolvable, Model):
             sensors=sensors,
             jobs=jobs,
             schedules=schedules,
-            resources={self.io_manager_key: lake},
+            resources={self.io_manager_key: io_manager, self.resource_key: lake},
         )
 
     def _load_assets(self) -> list[dg.AssetsDefinition]:

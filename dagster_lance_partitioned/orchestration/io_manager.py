@@ -11,14 +11,14 @@ materialization metadata."""
 from __future__ import annotations
 
 import os
-import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 import pyarrow as pa
+from dagster._core.definitions.partitions.subset import DefaultPartitionsSubset
 from pydantic import Field
 
 from ..core.arrow_json import normalize_schema, normalize_type
@@ -43,7 +43,6 @@ from ..core.spec import PartitionField, resolve_fields
 from ..core.write import WriteResult, check_mode
 from .errors import (
     EvolutionRefusedError,
-    InvalidAssetKeyError,
     MissingUpstreamPartitionsError,
     PartitionKeyMismatchError,
     PartitionLayoutError,
@@ -67,6 +66,7 @@ from .output import (
     OutputSlice,
     OutputValue,
 )
+from .resource import LancePartitionedResource, namespace_uri
 
 PARTITION_BY = "lance/partition_by"
 SPEC_UPDATE_MODE = "lance/partition_spec_update_mode"
@@ -79,9 +79,6 @@ OPEN_ATTEMPTS = 5  # opens of a namespace that another run is creating at that i
 EVOLVE_ATTEMPTS = 10  # re-evaluations of a schema / spec change racing other runs' changes
 COUNT_THREADS = 8  # partition tables whose rows are counted at once (merge metadata)
 
-# an asset key part usable as one directory name: letters, digits, '_' and '-', with '.' only
-# between them (so never '.', '..', a hidden name or a trailing dot)
-_SAFE_KEY_PART = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*")
 # exceptions of Lance and Arrow (and the OS under them) that handle_output reports as StorageError
 _RAW_ERRORS = (OSError, RuntimeError, ValueError, pa.ArrowException)
 
@@ -146,19 +143,22 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         check_root(self.root)
 
     # -- locations ----------------------------------------------------------------------------
+    @property
+    def resource(self) -> LancePartitionedResource:
+        """The :class:`LancePartitionedResource` of this IO manager's ``root`` and
+        ``storage_options``: the namespaces it writes, for checks, sensors and asset code."""
+        return LancePartitionedResource(root=self.root, storage_options=self.storage_options)
+
     def uri_for(self, asset_key: dg.AssetKey) -> str:
         """The namespace URI of ``asset_key``: ``<root>/<part 1>/.../<part n>``, each key part
-        one directory, unchanged.
+        one directory, unchanged (the rule of :func:`~.resource.namespace_uri`, shared with
+        :class:`LancePartitionedResource`).
 
         A part must be non-empty and made of ASCII letters, digits, ``_`` and ``-``, with ``.``
         allowed only between them (``v1.2`` yes; ``.``, ``..``, ``.hidden``, ``a.`` no); any
         other part (``/``, ``\\``, ``:``, ``%``, whitespace, control characters, non-ASCII, ...)
         raises :class:`InvalidAssetKeyError`, so every namespace stays inside ``root``."""
-        _check_asset_key(asset_key)
-        root = self.root.rstrip("/")
-        if "://" not in root:
-            root = os.path.abspath(root)
-        return "/".join([root, *asset_key.path])
+        return namespace_uri(self.root, asset_key)
 
     # -- output -------------------------------------------------------------------------------
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
@@ -193,10 +193,13 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
                 namespace=uri,
                 path=uri,
             ) from e
-        if per_key and not _add_partition_metadata(context, per_key):
-            shared["lance/partition_row_counts"] = dg.MetadataValue.json(
-                {k: m["dagster/partition_row_count"] for k, m in per_key.items()}
-            )
+        if per_key:
+            context.log.info(_run_summary(out.asset, ns.version, shared, len(per_key)))
+            if not _add_partition_metadata(context, per_key):
+                shared["lance/partition_row_counts"] = dg.MetadataValue.json(
+                    {k: m["dagster/partition_row_count"] for k, m in per_key.items()}
+                )
+            _emit_in_partition_order(context)
         context.add_output_metadata(shared)
 
     def _prepare(self, out: OutputSlice, value: OutputValue) -> tuple[PartitionedNamespace, bool]:
@@ -287,7 +290,8 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         spec_changed: bool,
     ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         """The output's metadata (on every event of the run) and, for a run of several keys,
-        each key's own: its row count and the read versions of its tables."""
+        each key's own: its row count, the read versions of its tables and the partition tables
+        and bytes it wrote (the run's totals are then on every event as ``lance/run_*``)."""
         meta: dict[str, Any] = {
             "dagster/uri": dg.MetadataValue.path(out.uri),
             "dagster/table_name": out.asset,
@@ -297,24 +301,30 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             "lance/spec_updated": spec_changed,
         }
         total: int | None = None  # the namespace's rows, when they are the count to report
+        keys, layout = out.keys, out.layout
+        # a run of several keys: each key's event carries its own numbers, the run's totals
+        # are named lance/run_*
+        several = keys is not None and len(keys) > 1 and layout is not None
+        run = "lance/run_" if several else "lance/"
         if isinstance(result, RowChangeResult):
-            tables, total = self._merge_metadata(out, ns, result, meta)
+            tables, total = self._merge_metadata(out, ns, result, meta, run)
         else:
             tables = [_Table.written(p) for p in result.partitions] if result else []
-            meta["lance/partitions_written"] = len(tables)
-            meta["lance/bytes_written"] = result.bytes_written if result else 0
+            meta[f"{run}partitions_written"] = len(tables)
+            meta.update(_bytes_metadata(run, result.bytes_written if result else 0))
             if result is not None and result.removed:
-                meta["lance/partitions_removed"] = len(result.removed)
+                meta[f"{run}partitions_removed"] = len(result.removed)
         meta["lance/engine"] = value.handler.engine or "arrow"
-        keys, layout = out.keys, out.layout
         rows = sum(t.rows for t in tables) if total is None else total
-        if keys is None or len(keys) == 1 or layout is None:
+        if not several:
             meta["lance/read_versions"] = dg.MetadataValue.json(_read_versions(tables, layout))
             meta["dagster/row_count" if keys is None else "dagster/partition_row_count"] = rows
             return meta, {}
+        assert keys is not None and layout is not None
         if not isinstance(result, RowChangeResult):
-            meta["lance/rows_written"] = rows  # the run's total; each key's on its own event
-        return meta, _per_key_metadata(tables, keys, layout)
+            meta["lance/run_rows_written"] = rows
+        meta["lance/run_partition_keys"] = len(keys)
+        return meta, _per_key_metadata(tables, keys, layout, isinstance(result, RowChangeResult))
 
     def _merge_metadata(
         self,
@@ -322,32 +332,34 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         ns: PartitionedNamespace,
         result: RowChangeResult,
         meta: dict[str, Any],
+        run: str = "lance/",
     ) -> tuple[list[_Table], int | None]:
         """Add a merge's own metadata to ``meta`` (rows inserted / updated / deleted / moved,
-        partition tables changed). Returns the tables describing it, with their rows after it:
-        those of the run's keys (current spec) -- for an unpartitioned asset the changed ones,
-        and the namespace's row count."""
+        partition tables changed; named ``<run>rows_inserted``, ...: ``lance/run_`` for the
+        totals of a run of several keys). Returns the tables describing it, with their rows
+        after it: those of the run's keys (current spec; ``changed`` when the merge wrote
+        them) -- for an unpartitioned asset the changed ones, and the namespace's row count."""
         assert out.merge is not None
         meta.update(
             {
                 "lance/write_mode": MERGE,
                 "lance/merge_on": dg.MetadataValue.json(list(out.merge.on)),
-                "lance/rows_inserted": dg.MetadataValue.int(result.rows_inserted),
-                "lance/rows_updated": dg.MetadataValue.int(result.rows_updated),
-                "lance/rows_deleted": dg.MetadataValue.int(result.rows_deleted),
-                "lance/rows_moved": dg.MetadataValue.int(result.rows_moved),
-                "lance/partitions_written": len(result.partitions),
+                f"{run}rows_inserted": dg.MetadataValue.int(result.rows_inserted),
+                f"{run}rows_updated": dg.MetadataValue.int(result.rows_updated),
+                f"{run}rows_deleted": dg.MetadataValue.int(result.rows_deleted),
+                f"{run}rows_moved": dg.MetadataValue.int(result.rows_moved),
+                f"{run}partitions_written": len(result.partitions),
                 "lance/committed": result.committed,
             }
         )
         if result.partitions_removed:
-            meta["lance/partitions_removed"] = len(result.partitions_removed)
+            meta[f"{run}partitions_removed"] = len(result.partitions_removed)
+        changed = set(result.partitions)
         if not out.partitioned:
-            tables = _counted(ns, None, self.storage_options)
-            changed = set(result.partitions)
-            return [t for t in tables if t.object_id in changed], sum(t.rows for t in tables)
+            tables = _counted(ns, None, self.storage_options, changed)
+            return [t for t in tables if t.changed], sum(t.rows for t in tables)
         current = ns.current_spec.spec_id
-        tables = _counted(ns, out.row_filter(ns.schema), self.storage_options)
+        tables = _counted(ns, out.row_filter(ns.schema), self.storage_options, changed)
         return [t for t in tables if t.spec_id == current], None  # older specs': no key's
 
     def _open_or_create(
@@ -653,35 +665,6 @@ def check_root(root: str) -> None:
         )
 
 
-def _check_asset_key(asset_key: dg.AssetKey) -> None:
-    """Raise :class:`InvalidAssetKeyError` unless every part of ``asset_key`` is a safe
-    directory name (see ``LancePartitionedIOManager.uri_for``)."""
-    shown = repr(list(asset_key.path))
-    if not asset_key.path:
-        raise InvalidAssetKeyError(f"asset key {shown} has no parts", shown, "")
-    for part in asset_key.path:
-        if isinstance(part, str) and _SAFE_KEY_PART.fullmatch(part):
-            continue
-        text = str(part)
-        if text in ("", ".", ".."):
-            why = "it is empty" if text == "" else f"{text!r} is a relative path step"
-        elif "/" in text or "\\" in text:
-            why = "it contains a path separator"
-        elif ":" in text:
-            why = "it contains ':', read as a URI scheme or a drive"
-        elif any(ord(c) < 32 or ord(c) == 127 for c in text):
-            why = "it contains a control character"
-        else:
-            why = "it has a character outside A-Z a-z 0-9 _ - or a leading, trailing or double '.'"
-        raise InvalidAssetKeyError(
-            f"asset key {shown}: part {part!r} cannot be a directory under the IO manager root "
-            f"({why}); asset key parts must be letters, digits, '_' and '-', with '.' only "
-            "between them. Nothing was read or written.",
-            shown,
-            text,
-        )
-
-
 def _partitioned(context: dg.InputContext) -> bool:
     """Whether the loading step is partitioned; an unpartitioned downstream reads every
     upstream partition that exists (its mapping names all of them, materialized or not)."""
@@ -730,46 +713,93 @@ class _Table:
     read_version: int | None
     rows: int
     spec_id: int | None = None
+    bytes: int = 0  # of the data files written (writes; merges do not report them)
+    changed: bool = True  # written by this output (False: a merge left it as it was)
 
     @classmethod
     def written(cls, p: Any) -> _Table:
         """A partition a write wrote (a ``PartitionWrite``)."""
-        return cls(p.object_id, p.values, p.read_version, p.rows)
+        return cls(p.object_id, p.values, p.read_version, p.rows, bytes=p.bytes_written)
 
 
 def _counted(
-    ns: PartitionedNamespace, filter: str | None, storage_options: dict[str, str] | None
+    ns: PartitionedNamespace,
+    filter: str | None,
+    storage_options: dict[str, str] | None,
+    changed: set[str],
 ) -> list[_Table]:
     """The partition tables a scan with ``filter`` reads, with their row counts (from the
-    tables' metadata, a few tables at a time)."""
+    tables' metadata, a few tables at a time); ``changed``: the object ids a merge wrote."""
     tasks = list(ns.plan_scan(filter).tasks)
     rows = parallel_map(
         lambda t: int(open_table(t, storage_options).count_rows()), tasks, COUNT_THREADS
     )
     return [
-        _Table(t.object_id, t.partition_values, t.read_version, n, t.spec_id)
+        _Table(
+            t.object_id, t.partition_values, t.read_version, n, t.spec_id, 0, t.object_id in changed
+        )
         for t, n in zip(tasks, rows, strict=True)
     ]
 
 
 def _per_key_metadata(
-    tables: Sequence[_Table], keys: Sequence[str], layout: Layout
+    tables: Sequence[_Table], keys: Sequence[str], layout: Layout, merge: bool = False
 ) -> dict[str, dict[str, Any]]:
-    """For each key of a multi-key run: its row count and the read versions of its tables."""
-    rows = dict.fromkeys(keys, 0)
+    """For each key of a multi-key run: its row count, the read versions of its tables, the
+    partition tables it wrote and (a write) their bytes."""
     mine: dict[str, list[_Table]] = {k: [] for k in keys}
     for t in tables:
         key = layout.key_of(list(t.values.values()))
-        if key in rows:  # partitions of other keys (an older spec's) belong to no event
-            rows[key] += t.rows
+        if key in mine:  # partitions of other keys (an older spec's) belong to no event
             mine[key].append(t)
-    return {
-        k: {
-            "dagster/partition_row_count": rows[k],
+    out: dict[str, dict[str, Any]] = {}
+    for k in keys:
+        written = [t for t in mine[k] if t.changed]
+        out[k] = {
+            "dagster/partition_row_count": sum(t.rows for t in mine[k]),
             "lance/read_versions": dg.MetadataValue.json(_read_versions(mine[k], layout)),
+            "lance/partitions_written": len(written),
         }
-        for k in keys
+        if not merge:
+            out[k].update(_bytes_metadata("lance/", sum(t.bytes for t in written)))
+    return out
+
+
+def _bytes_metadata(prefix: str, n: int) -> dict[str, Any]:
+    """``<prefix>bytes_written`` (an integer, which the UI plots) and ``<prefix>size_written``
+    (the same as text a person reads, e.g. ``2.8 MiB``)."""
+    return {
+        f"{prefix}bytes_written": dg.MetadataValue.int(n),
+        f"{prefix}size_written": dg.MetadataValue.text(_human_size(n)),
     }
+
+
+def _human_size(n: int) -> str:
+    """A byte count in binary units: ``512 B``, ``2.8 MiB``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _run_summary(asset: str, version: int, meta: Mapping[str, Any], keys: int) -> str:
+    """One line with a multi-key run's totals, for the run's log."""
+
+    def num(name: str) -> Any:
+        value = meta.get(f"lance/run_{name}")
+        return getattr(value, "value", value)
+
+    parts = [f"{keys} partition keys", f"{num('partitions_written')} partition table(s) written"]
+    if meta.get("lance/run_rows_written") is not None:
+        parts.append(f"{num('rows_written')} rows, {num('size_written')}")
+    else:
+        parts.append(
+            f"rows inserted {num('rows_inserted')}, updated {num('rows_updated')}, "
+            f"deleted {num('rows_deleted')}, moved {num('rows_moved')}"
+        )
+    return f"{asset}: manifest version {version}: " + ", ".join(parts)
 
 
 def _read_versions(tables: Sequence[_Table], layout: Layout | None) -> dict[str, str]:
@@ -798,4 +828,74 @@ def _add_partition_metadata(context: dg.OutputContext, per_key: dict[str, dict[s
         return False
     for key, meta in per_key.items():
         step.add_asset_metadata(meta, asset_key=context.asset_key, partition_key=key)
+    return True
+
+
+class _KeysInOrder(set):  # type: ignore[type-arg]
+    """A set of partition keys that iterates in a given order."""
+
+    def __init__(self, ordered: Sequence[str]) -> None:
+        super().__init__(ordered)
+        self.ordered = list(ordered)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ordered)
+
+
+def _emit_in_partition_order(context: dg.OutputContext) -> None:
+    """Have Dagster emit the run's materializations in partition order, so the run's newest
+    event (the asset's "latest materialization" in the UI) is its last key. Dagster lists the
+    keys of a run of static, dynamic or multi-partitions from a set (any order); time windows
+    already come in order. Relies on the output context's partitions subset (Dagster 1.13);
+    left as it is when that changed."""
+    subset = getattr(context, "_asset_partitions_subset", None)
+    pdef = context.asset_partitions_def if context.has_asset_partitions else None
+    if type(subset) is not DefaultPartitionsSubset or pdef is None or len(subset.subset) < 2:
+        return
+    instance = context.step_context.instance if _has_step(context) else None
+    ordered = sorted(subset.subset, key=_partition_order(pdef, instance))
+    context._asset_partitions_subset = DefaultPartitionsSubset(_KeysInOrder(ordered))
+
+
+def _partition_order(
+    pdef: dg.PartitionsDefinition, instance: dg.DagsterInstance | None = None
+) -> Callable[[str], tuple[Any, ...]]:
+    """A sort key putting partition keys of ``pdef`` in its order (time windows by start,
+    static keys as defined, dynamic keys as added, multi-partitions dimension by dimension, in
+    Dagster's dimension order)."""
+    if isinstance(pdef, dg.MultiPartitionsDefinition):
+        dims = [(d.name, _rank(d.partitions_def, instance)) for d in pdef.partitions_defs]
+
+        def multi(key: str) -> tuple[Any, ...]:
+            parts = (
+                key.keys_by_dimension
+                if isinstance(key, dg.MultiPartitionKey)
+                else dict(zip([n for n, _ in dims], str(key).split("|"), strict=True))
+            )
+            return tuple(rank(parts[name]) for name, rank in dims)
+
+        return multi
+    rank = _rank(pdef, instance)
+    return lambda key: (rank(key),)
+
+
+def _rank(
+    pdef: dg.PartitionsDefinition, instance: dg.DagsterInstance | None
+) -> Callable[[str], tuple[Any, ...]]:
+    """A sort key of one dimension's keys."""
+    if isinstance(pdef, dg.TimeWindowPartitionsDefinition):
+        return lambda key: (pdef.time_window_for_partition_key(key).start.timestamp(), key)
+    if isinstance(pdef, dg.DynamicPartitionsDefinition):
+        known = pdef.get_partition_keys(dynamic_partitions_store=instance) if instance else []
+    else:
+        known = pdef.get_partition_keys()
+    index = {k: i for i, k in enumerate(known)}
+    return lambda key: (index.get(key, len(index)), key)
+
+
+def _has_step(context: dg.OutputContext) -> bool:
+    try:
+        context.step_context  # noqa: B018 -- raises outside a run
+    except dg.DagsterInvariantViolationError:
+        return False
     return True

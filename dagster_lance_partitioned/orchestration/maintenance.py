@@ -15,8 +15,7 @@ from pydantic import Field
 from ..core.filters import quote_ident, sql_literal
 from ..core.namespace import PartitionedNamespace
 from .errors import RetentionRuleError
-from .io_manager import LancePartitionedIOManager
-from .watched import WatchedAsset, watched_assets
+from .watched import Lake, WatchedAsset, watched_assets
 
 # commit property dlp.source of the job's retention deletes (the external change sensor
 # ignores them: the job reports them itself, as observations)
@@ -85,7 +84,7 @@ class MaintenanceConfig(dg.Config):
 
 def build_lance_maintenance_job(
     assets: Sequence[dg.AssetsDefinition | dg.AssetSpec],
-    io_manager: LancePartitionedIOManager,
+    lance: Lake,
     *,
     name: str = "lance_maintenance",
     defaults: MaintenanceConfig | None = None,
@@ -94,8 +93,10 @@ def build_lance_maintenance_job(
     (one manifest commit; partitions left empty are deregistered), compacts fragments (one
     manifest commit), removes old versions outside the retention (time travel stays valid
     within it) and deletes orphans older than the grace period; reports what it did as an
-    observation of each asset, and the rows deleted per asset on the op's output."""
-    watched = watched_assets(assets, io_manager)
+    observation of each asset, and the rows deleted per asset on the op's output. ``lance``: the
+    :class:`~.resource.LancePartitionedResource` (or the IO manager) the assets are stored
+    with."""
+    watched = watched_assets(assets, lance)
     base = defaults or MaintenanceConfig()
 
     @dg.op(

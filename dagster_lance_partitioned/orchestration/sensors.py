@@ -17,10 +17,10 @@ import pyarrow as pa
 from ..core.arrow_json import field_id
 from ..core.history import Commit, commits
 from ..core.retire import RETIRE_OPERATION
-from .io_manager import LancePartitionedIOManager, column_schema
+from .io_manager import column_schema
 from .maintenance import MAINTENANCE_SOURCE
 from .output import COMMIT_SOURCE
-from .watched import WatchedAsset, watched_assets
+from .watched import Lake, WatchedAsset, watched_assets
 
 # commits of these operations change how data is stored, not the data
 MAINTENANCE_OPERATIONS = frozenset({"compact", RETIRE_OPERATION})
@@ -31,7 +31,7 @@ OWN_SOURCES = frozenset({COMMIT_SOURCE, MAINTENANCE_SOURCE})
 
 def build_lance_external_change_sensor(
     assets: Sequence[dg.AssetsDefinition | dg.AssetSpec],
-    io_manager: LancePartitionedIOManager,
+    lance: Lake,
     *,
     name: str = "lance_external_changes",
     request_downstream: bool = True,
@@ -43,8 +43,9 @@ def build_lance_external_change_sensor(
     runless materialization, and (``request_downstream``) requesting runs of the downstream
     assets for exactly the mapped partitions. Its cursor (the last manifest version seen per
     asset) makes it exactly-once across ticks and restarts; on its first tick it starts watching
-    from the current versions."""
-    watched = watched_assets(assets, io_manager)
+    from the current versions. ``lance``: the :class:`~.resource.LancePartitionedResource` (or
+    the IO manager) the assets are stored with."""
+    watched = watched_assets(assets, lance)
 
     @dg.sensor(
         name=name,
@@ -169,7 +170,7 @@ def _downstream(
 
 def build_lance_schema_sensor(
     assets: Sequence[dg.AssetsDefinition | dg.AssetSpec],
-    io_manager: LancePartitionedIOManager,
+    lance: Lake,
     *,
     name: str = "lance_schema_evolution",
     adopt_added_columns: bool = True,
@@ -181,8 +182,10 @@ def build_lance_schema_sensor(
     widened) is recorded as an observation with the new ``dagster/column_schema``; a partition
     table that drifted from it either has its new nullable columns adopted into the namespace
     schema (``adopt_added_columns``) or fails the ``lance_schema_consistency`` check (and
-    requests a run of ``repair_job``, when given)."""
-    watched = watched_assets(assets, io_manager)
+    requests a run of ``repair_job``, when given). ``lance``: the
+    :class:`~.resource.LancePartitionedResource` (or the IO manager) the assets are stored
+    with."""
+    watched = watched_assets(assets, lance)
 
     @dg.sensor(
         name=name,

@@ -1,5 +1,5 @@
 """The namespaces a sensor or check watches: each asset's key, namespace URI and partition layout,
-as the IO manager stores it."""
+as the IO manager stores it (located through :class:`~.resource.LancePartitionedResource`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from ..core.errors import NamespaceNotFoundError
 from ..core.namespace import PartitionedNamespace
 from .io_manager import LancePartitionedIOManager
 from .layout import Layout
+from .resource import LancePartitionedResource
+
+Lake = LancePartitionedResource | LancePartitionedIOManager  # where the factories find namespaces
 
 
 @dataclass(frozen=True)
@@ -40,10 +43,17 @@ class WatchedAsset:
         return self.layout.key_of(list(values.values()))
 
 
+def lance_resource(lake: Lake) -> LancePartitionedResource:
+    """The resource locating the namespaces of ``lake`` (a resource, or an IO manager's)."""
+    return lake.resource if isinstance(lake, LancePartitionedIOManager) else lake
+
+
 def watched_assets(
-    assets: Sequence[dg.AssetsDefinition | dg.AssetSpec], io_manager: LancePartitionedIOManager
+    assets: Sequence[dg.AssetsDefinition | dg.AssetSpec], lake: Lake
 ) -> list[WatchedAsset]:
     """The assets (every key of multi-assets) with their namespaces."""
+    resource = lance_resource(lake)
+    options = resource.options
     out = []
     for a in assets:
         specs = list(a.specs) if isinstance(a, dg.AssetsDefinition) else [a]
@@ -55,9 +65,5 @@ def watched_assets(
                 if (pdef is not None)
                 else None
             )
-            out.append(
-                WatchedAsset(
-                    spec.key, io_manager.uri_for(spec.key), pdef, layout, io_manager.storage_options
-                )
-            )
+            out.append(WatchedAsset(spec.key, resource.uri(spec.key), pdef, layout, options))
     return out

@@ -75,7 +75,11 @@ def test_dg_list_defs_shows_the_example(tmp_path):
     sensors = {s["name"] for s in defs["sensors"]}
     assert {"lance_external_changes", "lance_schema_evolution"} <= sensors
     resources = {r["name"]: r["type"].rpartition(".")[2] for r in defs["resources"]}
-    assert resources == {"io_manager": "LancePartitionedIOManager", "pyspark": "PySparkResource"}
+    assert resources == {
+        "io_manager": "LancePartitionedIOManager",
+        "lance": "LancePartitionedResource",
+        "pyspark": "PySparkResource",
+    }
 
 
 def test_dg_check_defs_passes(tmp_path):

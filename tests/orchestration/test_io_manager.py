@@ -391,9 +391,10 @@ def test_31_day_single_run_range_is_one_manifest_commit(tmp_path):
     metas = output_metadata(result, "flights_daily")
     assert len(metas) == 31  # one materialization event per key, all of one commit
     assert {m["lance/manifest_version"] for m in metas} == {ns.version}
-    assert {m["lance/partitions_written"] for m in metas} == {31}
+    assert {m["lance/partitions_written"] for m in metas} == {1}  # each key's own
+    assert {m["lance/run_partitions_written"] for m in metas} == {31}  # the run's
     jan_rows = rows_for_keys(january).num_rows
-    assert {m["lance/rows_written"] for m in metas} == {jan_rows}
+    assert {m["lance/run_rows_written"] for m in metas} == {jan_rows}
     assert row_counts(result, "flights_daily") == {
         d.isoformat(): rows_on(d).num_rows for d in january
     }
@@ -1119,7 +1120,7 @@ def test_record_batch_reader_output_and_input(tmp_path):
         [flights_daily], tmp_path, instance=instance, range_=("2013-01-01", "2013-01-03")
     )
     ns = open_ns(tmp_path, "flights_daily")
-    assert output_metadata(result, "flights_daily")[0]["lance/rows_written"] == ns.count_rows()
+    assert output_metadata(result, "flights_daily")[0]["lance/run_rows_written"] == ns.count_rows()
     assert ids(ns.to_table()) == ids(rows_for_keys(["2013-01-01", "2013-01-02", "2013-01-03"]))
     assert len(ns.partitions()) == 3
 

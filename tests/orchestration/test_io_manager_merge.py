@@ -184,8 +184,8 @@ def test_partitioned_delete_of_unmatched_rows_is_scoped_to_the_runs_keys(tmp_pat
     result = run([events], tmp_path, instance, range_=("2024-01-01", "2024-01-02"))
     mats = metadata(result, "events")
     assert len(mats) == 2
-    assert {m["lance/rows_deleted"] for m in mats} == {8}  # the run's total, on each event
-    assert {m["lance/rows_updated"] for m in mats} == {2}
+    assert {m["lance/run_rows_deleted"] for m in mats} == {8}  # the run's total, on each event
+    assert {m["lance/run_rows_updated"] for m in mats} == {2}
     counts = {
         str(m.partition): m.metadata["dagster/partition_row_count"].value
         for m in result.asset_materializations_for_node("events")

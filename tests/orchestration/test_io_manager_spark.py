@@ -129,7 +129,7 @@ def test_spark_backfill_is_one_commit_and_downstream_loads_one_day(spark, io, tm
     meta = events[0].materialization.metadata
     assert meta["lance/engine"].value == "spark"
     assert meta["lance/manifest_version"].value == 3
-    assert meta["lance/rows_written"].value == 36
+    assert meta["lance/run_rows_written"].value == 36
     counts = {
         str(e.materialization.partition): e.materialization.metadata[
             "dagster/partition_row_count"
