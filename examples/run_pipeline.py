@@ -36,6 +36,13 @@ JFK_JAN_2 = (
 )
 
 
+SENSOR_ROLES = {  # what each of the project's sensors does once started
+    "default_automation_condition_sensor": "runs flight_delays_enriched and "
+    "monthly_carrier_delays for the partitions of any day whose upstream was updated",
+    "lance_external_changes": "records commits made outside Dagster as materializations",
+    "lance_schema_evolution": "records schema changes, adopts columns added to partitions",
+}
+
 # Dagster's console logger prints every event at DEBUG; --verbose restores that
 RUN_CONFIG: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -85,6 +92,7 @@ def _operations(defs: dg.Definitions, instance: dg.DagsterInstance, root: str) -
 
     sensor = defs.resolve_sensor_def("lance_external_changes")
     first = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+    assert isinstance(first, dg.SensorResult)
     flights = PartitionedNamespace.open(os.path.join(root, "flights"))
     rows = flights.to_table(JFK_JAN_2)  # another tool corrects one partition: no missing delays
     rows = rows.set_column(
@@ -94,13 +102,17 @@ def _operations(defs: dg.Definitions, instance: dg.DagsterInstance, root: str) -
     )
     flights.write(rows, "overwrite_partitions")
     tick = sensor(dg.build_sensor_context(instance=instance, definitions=defs, cursor=first.cursor))
+    assert isinstance(tick, dg.SensorResult)
     changed = [f"{e.asset_key.to_user_string()} {e.partition}" for e in tick.asset_events]
     requested = [
-        f"{r.asset_selection[0].to_user_string()} {r.partition_key}" for r in tick.run_requests
+        f"{r.asset_selection[0].to_user_string()} {r.partition_key}"
+        for r in tick.run_requests
+        if r.asset_selection
     ]
     print(f"external change sensor: {changed} -> runs requested for {requested}")
     assert changed == ["flights 2013-01-02|JFK"]
     assert requested == ["flight_delays_enriched 2013-01-02"]
+    _apply_sensor_tick(defs, sensor.name, tick, instance)
 
     job = defs.resolve_job_def("lance_maintenance")
     result = job.execute_in_process(instance=instance, run_config=RUN_CONFIG)
@@ -115,6 +127,69 @@ def _operations(defs: dg.Definitions, instance: dg.DagsterInstance, root: str) -
         if e.event_type_value == "ASSET_OBSERVATION"
     )
     print(f"maintenance job: {compacted} partition table(s) compacted; every row kept")
+
+
+def _apply_sensor_tick(
+    defs: dg.Definitions, sensor_name: str, tick: dg.SensorResult, instance: dg.DagsterInstance
+) -> None:
+    """What the sensor daemon does with a tick, done here because the example runs no daemon:
+    each reported event is recorded in the instance (a runless materialization, which the UI
+    shows and the automation conditions react to) and each requested run is launched, tagged
+    with the sensor's name."""
+    for event in tick.asset_events:
+        instance.report_runless_asset_event(event)
+    print(
+        f"  recorded in the Dagster instance: {len(tick.asset_events)} runless "
+        "materialization(s), described 'changed outside Dagster'"
+    )
+    for request in tick.run_requests:
+        keys = list(request.asset_selection or [])
+        names = ", ".join(k.to_user_string() for k in keys)
+        _run(
+            defs,
+            f"  requested run: {names} {request.partition_key or ''}".rstrip(),
+            keys,
+            instance,
+            partition_key=request.partition_key,
+            tags={**request.tags, "dagster/sensor_name": sensor_name},
+        )
+
+
+def _forget_example_assets(defs: dg.Definitions, instance: dg.DagsterInstance) -> None:
+    """Wipe the instance's history of the example's assets (materializations, observations,
+    check results; runs stay listed), saying so: their storage was just reset, so that history
+    would describe data that no longer exists."""
+    keys = [key for a in defs.assets or [] for key in a.keys]
+    known = [k for k in keys if instance.has_asset_key(k)]
+    if not known:
+        return
+    instance.wipe_assets(known)
+    names = ", ".join(k.to_user_string() for k in known)
+    print(
+        f"wiped the Dagster instance's history of {names} (materializations, observations, "
+        "check results; runs stay listed): the storage was reset"
+    )
+
+
+def _stopped_automation_hint(defs: dg.Definitions, home: str) -> None:
+    """Which sensors and schedules start stopped, and how to start them."""
+    repo = defs.get_repository_def()
+    sensors = [s for s in repo.sensor_defs if s.default_status == dg.DefaultSensorStatus.STOPPED]
+    schedules = [
+        s for s in repo.schedule_defs if s.default_status == dg.DefaultScheduleStatus.STOPPED
+    ]
+    if not sensors and not schedules:
+        return
+    print(
+        "the project's sensors and schedules start stopped; start them in the UI (Automation) "
+        f"or from the repository root with DAGSTER_HOME={home} and `dagster sensor start -w "
+        "workspace.yaml NAME` (`dagster schedule start ...`); they tick while `dg dev` or "
+        "`dagster dev` runs:"
+    )
+    for s in sensors:
+        print(f"  sensor   {s.name:<36} {SENSOR_ROLES.get(s.name, s.description or '')}")
+    for s in schedules:
+        print(f"  schedule {s.name:<36} {s.cron_schedule} ({s.execution_timezone or 'UTC'})")
 
 
 def _prepare_root(root: str) -> None:
@@ -172,9 +247,8 @@ def main() -> None:
     defs = load_definitions()  # what `dg dev` loads: the component, Spark, the schedules
 
     with dg.DagsterInstance.get() as instance:
-        # the storage was reset: forget the instance's records of the example's assets too
-        instance.wipe_assets([key for a in defs.assets or [] for key in a.keys])
         print(f"storage {root}; Dagster instance {home}")
+        _forget_example_assets(defs, instance)
         _run(
             defs,
             f"flights {first_day}..{last_day} x 3 airports",
@@ -228,6 +302,7 @@ def main() -> None:
     assert enriched.count_rows() == len(expected)
     assert sum(r["flights"] for r in monthly.to_table().to_pylist()) == len(expected)
     assert len(plan.tasks) == 1
+    _stopped_automation_hint(defs, home)
     print("ok")
 
 

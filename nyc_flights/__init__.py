@@ -8,9 +8,13 @@ assets stored in Lance partitioned namespaces, computed with PySpark.
   ``lance/partition_by``), ``flight_delays_enriched`` (daily: a day's flights of every origin
   joined with that day's weather, the planes and the airlines in Spark) and
   ``monthly_carrier_delays`` (monthly; reads its 28-31 daily upstream partitions, pruned).
+- ``automation``: the two downstream assets' automation conditions, composed from Dagster's own:
+  they follow updated partitions of any day (``eager()`` only considers the latest window).
+- ``source``: the flights as a Parquet file Spark reads itself (``DLP_SOURCE_DIR``).
 - ``defs/lake/defs.yaml``: the ``LancePartitionedComponent`` declares that these assets are
   stored under ``DLP_ROOT`` with the IO manager, their asset checks (schema and integrity
-  blocking), the external-change and schema sensors and the nightly maintenance job.
+  blocking), the external-change and schema sensors and the nightly maintenance job (every
+  sensor and schedule starts stopped: the README says how to start them).
 - ``defs/spark.py``: the Spark session (``DLP_SPARK_MASTER``, default ``local[*]``);
   ``defs/schedules.py``: the daily flights and hourly weather schedules.
 - ``definitions.py``: everything under ``defs/``, as ``dg dev`` and ``dagster dev -w

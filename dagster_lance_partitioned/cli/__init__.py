@@ -54,6 +54,8 @@ output:
 filters:
   DataFusion SQL over the namespace's columns. A partition field id that is not a column
   (e.g. event_date_year, time_hour_day) can be named too: it stands for the field's value.
+  String values go in single quotes (origin = 'JFK'); a bare word or "double quotes" name a
+  column.
 
 exit codes:
   0 success; 1 error (missing namespace, bad filter, ...: message on stderr), or `check` found

@@ -6,15 +6,20 @@ import argparse
 import dataclasses
 import math
 import re
+import shlex
 from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
 import pyarrow as pa
 
+from ..core.errors import NamespaceNotFoundError, NotAPartitionedNamespaceError
 from ..core.namespace import PartitionedNamespace
+from ._output import PROG, error_text
+from .errors import CliError
 
 DEFAULT_MAX_WIDTH = 80
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+HINT_NAMESPACES = 3  # how many namespaces below a root the error of a namespace command names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +175,29 @@ def add_global_options(parser: argparse.ArgumentParser, prefix: str, suppress: b
 
 
 def open_ns(args: argparse.Namespace, opts: Options) -> PartitionedNamespace:
-    """Open the namespace named on the command line, at the ``--as-of`` version if given."""
-    return PartitionedNamespace.open(
-        args.uri, storage_options=opts.storage_options, version=opts.version
-    )
+    """Open the namespace named on the command line, at the ``--as-of`` version if given.
+
+    When ``URI`` is no namespace but holds some below it (e.g. a Dagster IO manager's root),
+    the error names a few and suggests ``ls``."""
+    try:
+        return PartitionedNamespace.open(
+            args.uri, storage_options=opts.storage_options, version=opts.version
+        )
+    except (NamespaceNotFoundError, NotAPartitionedNamespaceError) as e:
+        from .inspect import namespaces_below  # the ls walk (inspect imports this module)
+
+        found = namespaces_below(args.uri, opts.storage_options, HINT_NAMESPACES + 1)
+        if not found:
+            raise
+        names = ", ".join(found[:HINT_NAMESPACES]) + (
+            ", ..." if len(found) > HINT_NAMESPACES else ""
+        )
+        one = len(found) == 1
+        held = f"the partitioned namespace {names}" if one else f"partitioned namespaces {names}"
+        ls = f"`{PROG} ls {shlex.quote(args.uri)}`"
+        example = f"`{PROG} {args.command} {shlex.quote(args.uri.rstrip('/') + '/' + found[0])}`"
+        raise CliError(
+            f"{error_text(e)}; it holds {held} (list "
+            f"{'namespaces' if one else 'them'} with {ls}; open {'it' if one else 'one'} "
+            f"with {example})"
+        ) from None

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TextIO, cast
 
 import pyarrow as pa
@@ -19,7 +20,14 @@ from ..core.errors import (
     is_storage_failure,
 )
 from ..core.health import parallel_map
-from ..core.manifest import WRITER_FLAG_KEY, ManifestStore
+from ..core.manifest import (
+    CREATE_OPERATION,
+    LEGACY_WRITER_FLAG_BIT,
+    WRITER_FLAG_BIT,
+    WRITER_FLAG_KEY,
+    ManifestStore,
+    parse_writer_flags,
+)
 from ..core.namespace import PartitionedNamespace
 from ..core.planning import ScanTask
 from ..core.scan import open_table
@@ -92,6 +100,50 @@ def register(add: AddCommand) -> None:
 
 
 # -- info / specs -----------------------------------------------------------------------------
+# what the bits of the writer feature flags mean (docs/format.md, "Writer feature flag")
+_OUR_BIT = WRITER_FLAG_BIT.bit_length() - 1  # 62
+_LEGACY_BIT = LEGACY_WRITER_FLAG_BIT.bit_length() - 1  # 1
+
+
+def writer_flag_bits(value: str | None) -> list[dict[str, Any]]:
+    """The set bits of a ``__manifest``'s writer feature flags, each with what it means (an
+    empty list when unset; ``ManifestError`` when the value is not a u64 bitmask)."""
+    flags = parse_writer_flags(value)
+    ours = bool(flags & WRITER_FLAG_BIT)
+    out = []
+    for bit in range(64):
+        if not flags >> bit & 1:
+            continue
+        if bit == _OUR_BIT:
+            meaning = (
+                "set by dagster-lance-partitioned, so Lance's own namespace tools read this "
+                "__manifest but do not change it"
+            )
+        elif bit == _LEGACY_BIT and not ours:
+            meaning = (
+                "the legacy flag of an earlier dagster-lance-partitioned (`upgrade` replaces "
+                f"it by bit {_OUR_BIT})"
+            )
+        elif bit == 0:
+            meaning = "Lance's namespace lifecycle feature"
+        else:
+            meaning = "unknown to this package (another writer's feature)"
+        out.append({"bit": bit, "meaning": meaning})
+    return out
+
+
+def _writer_flag_text(value: str | None) -> str:
+    """``4611686018427387904 = bit 62: set by dagster-lance-partitioned, ...``, or ``(not set)``
+    with what that means."""
+    if value is None or value == "":
+        return "(not set): Lance's own namespace tools may rewrite this __manifest"
+    try:
+        bits = writer_flag_bits(value)
+    except PartitionedNamespaceError:
+        return f"{value} (not a decimal u64 bitmask)"
+    return f"{value} = " + "; ".join(f"bit {b['bit']}: {b['meaning']}" for b in bits)
+
+
 def info_doc(ns: PartitionedNamespace) -> dict[str, Any]:
     """The ``info`` document of a namespace."""
     schema = ns.schema_with_ids
@@ -115,7 +167,16 @@ def info_doc(ns: PartitionedNamespace) -> dict[str, Any]:
             for f in schema
         ],
         "writer_feature_flags": ns.metadata.get(WRITER_FLAG_KEY),
+        "writer_feature_flag_bits": _flag_bits_or_none(ns.metadata.get(WRITER_FLAG_KEY)),
     }
+
+
+def _flag_bits_or_none(value: str | None) -> list[dict[str, Any]] | None:
+    """``writer_flag_bits``, or None for a value that is not a bitmask."""
+    try:
+        return writer_flag_bits(value)
+    except PartitionedNamespaceError:
+        return None
 
 
 def write_info(ns: PartitionedNamespace, opts: Options, out: TextIO) -> None:
@@ -136,7 +197,7 @@ def write_info(ns: PartitionedNamespace, opts: Options, out: TextIO) -> None:
             ("spec versions", str(len(ns.specs))),
             ("partitions", str(len(ns.inspect.partitions()))),
             ("columns", text.cut(f"{len(schema)} ({', '.join(schema.names)})")),
-            ("writer flag", flag if flag is not None else "(not set)"),
+            ("writer flag", _writer_flag_text(flag)),
         ]
     )
 
@@ -380,11 +441,18 @@ class _Version:
     operation: str | None
     properties: dict[str, str] | None
     changes: tuple[history.TableChange, ...] | None  # None: unknown (the previous is gone)
+    through: int | None = None  # the last manifest version of a creation's two commits
+
+    @property
+    def label(self) -> str:
+        """``7``, or ``1-2`` for a creation's two commits."""
+        return f"{self.version}-{self.through}" if self.through else str(self.version)
 
     def doc(self) -> dict[str, Any]:
         props = self.properties or {}
         return {
             "version": self.version,
+            "through_version": self.through or self.version,
             "time": self.time,
             "operation": self.operation,
             "source": props.get("source"),
@@ -456,7 +524,28 @@ def _versions(ns: PartitionedNamespace, opts: Options, limit: int) -> list[_Vers
         since = first
     for commit in ns.inspect.history(since, ns.version):
         add(commit.version, commit.properties, commit.changes)
-    return out[::-1]
+    return _one_creation(out)[::-1]
+
+
+def _one_creation(versions: list[_Version]) -> list[_Version]:
+    """``versions`` (oldest first) with the two commits that create a namespace (version 1:
+    the manifest table, version 2: its schema, spec and writer flag; docs/format.md, "Creating
+    a namespace") shown as the one ``create`` they are."""
+    if len(versions) < 2:
+        return versions
+    first, second = versions[0], versions[1]
+    if (first.version, second.version) != (1, 2) or not (
+        first.operation == second.operation == CREATE_OPERATION
+    ):
+        return versions
+    both = tuple(first.changes or ()) + tuple(second.changes or ())
+    created = replace(
+        first,
+        properties={**(first.properties or {}), **(second.properties or {})},
+        changes=None if first.changes is None or second.changes is None else both,
+        through=second.version,
+    )
+    return [created, *versions[2:]]
 
 
 def _touched(changes: tuple[history.TableChange, ...] | None) -> str:
@@ -487,7 +576,7 @@ def _cmd_history(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
         ["version", "time (UTC)", "operation", "partitions", "dagster run id"],
         [
             [
-                str(v.version),
+                v.label,
                 v.time.strftime("%Y-%m-%d %H:%M:%S") if v.time else "?",
                 text.cut(v.operation or "?"),
                 _touched(v.changes),
@@ -497,7 +586,8 @@ def _cmd_history(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
         ],
         right=[0],
     )
-    out.write(f"{plural(len(versions), 'manifest version')} of {ns.uri}\n")
+    count = sum((v.through or v.version) - v.version + 1 for v in versions)
+    out.write(f"{plural(count, 'manifest version')} of {ns.uri}\n")
 
 
 # -- ls ---------------------------------------------------------------------------------------
@@ -541,6 +631,17 @@ def _find_namespaces(
                 and not d.startswith(".")
                 and storage.location_problem(d) is None  # e.g. a backslash: not joinable
             ]
+
+
+def namespaces_below(root: str, storage_options: dict[str, str] | None, limit: int) -> list[str]:
+    """The paths (relative to ``root``) of at most ``limit`` readable namespaces ``ls`` finds
+    below ``root``, nearest first; none when ``root`` is no directory."""
+    try:
+        walk = _find_namespaces(root, storage_options, DEFAULT_LS_DEPTH)
+        found = [f.path for f in itertools.islice(walk, limit) if f.ns is not None]
+    except (CliError, PartitionedNamespaceError, OSError, ValueError):
+        return []
+    return [p for p in found if p != "."]
 
 
 def _open_quietly(uri: str, storage_options: dict[str, str] | None) -> PartitionedNamespace:

@@ -100,7 +100,7 @@ def _planned(sql: str, schema: pa.Schema) -> _Planned:
         clause = _clause(words) or _aggregate(ctx, sql, schema)
         if clause:
             raise _refused(sql, f"{clause} is not allowed") from None
-        raise FilterError(f"invalid filter {sql!r}: {_first_line(e)}") from None
+        raise FilterError(f"invalid filter {sql!r}: {_planning_problem(sql, e)}") from None
     _check_shape(sql, logical)
     try:
         optimized = df.optimized_logical_plan()
@@ -108,6 +108,47 @@ def _planned(sql: str, schema: pa.Schema) -> _Planned:
         raise FilterError(f"invalid filter {sql!r}: {_first_line(e)}") from None
     _check_nodes(sql, optimized)
     return _Planned(logical, optimized)
+
+
+# what _planned puts before the filter (DataFusion's parser positions count it on line 1)
+_WRAPPED = f"SELECT 1 FROM {_TABLE} WHERE ("
+_PARSER_AT = re.compile(r'ParserError\("(.*) at Line: (\d+), Column: (\d+)"\)')
+_NO_FIELD = re.compile(r"No field named (\"[^\"]+\"|[^\s.\"]+)\.(?:\s|$)")
+_VALUE_BEFORE = re.compile(r"(?:[=<>]|\bLIKE|\bILIKE|\bBETWEEN|\bIN\s*\([^()]*)\s*$", re.IGNORECASE)
+
+
+def _planning_problem(sql: str, e: Exception) -> str:
+    """DataFusion's complaint about the filter ``sql``, in terms of the text the caller wrote: a
+    parser position counted in ``sql`` (not in the query wrapped around it), and an unknown
+    name written where a value goes (``origin = JFK``) explained as an unquoted string."""
+    text = _first_line(e)
+    parsed = _PARSER_AT.search(text)
+    if parsed is not None:
+        what, line, column = parsed.group(1), int(parsed.group(2)), int(parsed.group(3))
+        lines = sql.split("\n")
+        if line == 1:
+            column -= len(_WRAPPED)
+        expected = re.fullmatch(r"Expected: (.*), found: (.*)", what)
+        if expected is not None:
+            token = f"`{expected.group(2)}`"
+            if line >= len(lines) and column > len(lines[-1]):  # the parenthesis of the wrap
+                token = "the end of the filter"
+            what = f"expected {expected.group(1)}, found {token}"
+        where = f"column {column}" if len(lines) == 1 else f"line {line}, column {column}"
+        return f"syntax error at {where}: {what}"
+    unknown = _NO_FIELD.search(text)
+    if unknown is None or "Did you mean" in text:
+        return text
+    name = unknown.group(1)
+    quoted = name.startswith('"')
+    pattern = re.escape(name) if quoted else rf"(?<![\w\"'`]){re.escape(name)}(?![\w\"'`])"
+    found = re.search(pattern, sql, 0 if quoted else re.IGNORECASE)
+    if found is None or _VALUE_BEFORE.search(sql[: found.start()]) is None:
+        return text
+    written = found.group(0)
+    value = written.strip('"').replace("'", "''")
+    how = "double quotes name a column" if quoted else "an unquoted word names a column"
+    return f"no column named {written} ({how}; write a string value in single quotes: '{value}')"
 
 
 @functools.lru_cache(maxsize=256)

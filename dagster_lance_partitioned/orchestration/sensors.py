@@ -22,8 +22,10 @@ from .maintenance import MAINTENANCE_SOURCE
 from .output import COMMIT_SOURCE
 from .watched import Lake, WatchedAsset, watched_assets
 
-# commits of these operations change how data is stored, not the data
-MAINTENANCE_OPERATIONS = frozenset({"compact", RETIRE_OPERATION})
+# commits of these operations change how data is stored (or indexed), not the data
+MAINTENANCE_OPERATIONS = frozenset(
+    {"compact", RETIRE_OPERATION, "create_index", "optimize_indexes", "drop_index"}
+)
 # commits Dagster made itself: the IO manager's, and the maintenance job's retention deletes
 # (which that job reports as observations)
 OWN_SOURCES = frozenset({COMMIT_SOURCE, MAINTENANCE_SOURCE})
@@ -46,12 +48,20 @@ def build_lance_external_change_sensor(
     from the current versions. ``lance``: the :class:`~.resource.LancePartitionedResource` (or
     the IO manager) the assets are stored with."""
     watched = watched_assets(assets, lance)
+    # the runs it may request: the watched assets' direct downstream (Dagster refuses a run
+    # request of a sensor without a target when the daemon evaluates it)
+    targets = (
+        dg.AssetSelection.assets(*[w.key for w in watched]).downstream(depth=1)
+        if request_downstream
+        else None
+    )
 
     @dg.sensor(
         name=name,
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
         description="Reports commits to Lance partitioned namespaces made outside Dagster.",
+        asset_selection=targets,
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         cursor: dict[str, int] = json.loads(context.cursor) if context.cursor else {}

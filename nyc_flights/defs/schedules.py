@@ -1,6 +1,7 @@
 """The example's jobs and schedules: every morning yesterday's flights of the three airports in
-one run (one manifest commit; the downstream assets follow by automation), every hour the weather
-of the hour that just ended. Both skip times outside 2013, the data's year."""
+one run (one manifest commit; the downstream assets follow by automation once
+``default_automation_condition_sensor`` runs), every hour the weather of the hour that just ended.
+Both skip times outside 2013, the data's year, and start stopped."""
 
 import datetime as dt
 

