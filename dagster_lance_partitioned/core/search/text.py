@@ -107,7 +107,7 @@ def _indexed_postings(
         if hit is None:
             found = ds.to_table(
                 full_text_query=MatchQuery(word, column),
-                columns=[],
+                columns=[SCORE],
                 with_row_id=True,
                 limit=None,
             )
