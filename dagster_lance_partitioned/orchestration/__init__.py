@@ -6,6 +6,8 @@ storing assets in them and, built on them, asset checks, sensors and the mainten
 from .checks import build_lance_partitioned_checks
 from .errors import (
     EvolutionRefusedError,
+    IndexDeclarationConflictError,
+    IndexMetadataError,
     InvalidAssetKeyError,
     MissingUpstreamPartitionsError,
     PartitionKeyMismatchError,
@@ -40,6 +42,8 @@ __all__ = [
     "ArrowReaderHandler",
     "ArrowTableHandler",
     "EvolutionRefusedError",
+    "IndexDeclarationConflictError",
+    "IndexMetadataError",
     "InvalidAssetKeyError",
     "LancePartitionedIOManager",
     "LancePartitionedResource",

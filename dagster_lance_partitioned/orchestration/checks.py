@@ -1,8 +1,8 @@
 """Asset checks over the partitioned namespaces of assets stored by the IO manager: schema
 consistency, read-version consistency, partition integrity and Dagster coverage of the whole
-namespace, and (optionally) the first three per Dagster partition, on only the partition tables
-of the keys a run materialized. Each result names what a person should look at (partitions,
-columns, versions)."""
+namespace, index coverage for assets declaring ``lance/indexes``, and (optionally) the first
+three per Dagster partition, on only the partition tables of the keys a run materialized. Each
+result names what a person should look at (partitions, columns, versions, indexes)."""
 
 import json
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
@@ -18,15 +18,19 @@ from ..core import health
 from ..core.manifest import ManifestSnapshot, TableEntry
 from ..core.namespace import PartitionedNamespace
 from ..core.state import NamespaceState
+from .indexes import COVERAGE_COLUMNS, INDEXES, UnindexedBound
 from .watched import Lake, WatchedAsset, watched_assets
 
-CHECKS = ("schema", "read_versions", "integrity", "coverage")
+CHECKS = ("schema", "read_versions", "integrity", "coverage", "indexes")
 CHECK_NAMES = {
     "schema": "lance_schema_consistency",
     "read_versions": "lance_read_version_consistency",
     "integrity": "lance_partition_integrity",
     "coverage": "lance_dagster_coverage",
+    "indexes": "lance_index_coverage",
 }
+# checks built only for the assets they apply to: "indexes" for those declaring lance/indexes
+_APPLIES: dict[str, Callable[[WatchedAsset], bool]] = {"indexes": lambda w: bool(w.indexes)}
 # the checks that also run per Dagster partition (partitioned_checks=True), and their names
 PARTITION_CHECKS = ("schema", "read_versions", "integrity")
 PARTITION_CHECK_NAMES = {
@@ -47,13 +51,21 @@ def build_lance_partitioned_checks(
     integrity_sample: int | None = 20,
     history: int | None = 50,
     partitioned_checks: bool = False,
+    index_unindexed_fraction: float | None = 0.1,
+    index_unindexed_rows: int | None = None,
 ) -> list[dg.AssetChecksDefinition]:
     """Asset checks for every asset: ``schema`` (partition tables agree with the namespace
     schema), ``read_versions`` (every pinned version is readable, no uncommitted versions,
     no orphan table older than vacuum's grace; younger ones are reported), ``integrity``
     (rows of ``integrity_sample`` partitions, or all with None, lie in the partition the
     manifest says) and ``coverage`` (materialized Dagster keys and registered partitions
-    agree).
+    agree); and, for the assets whose metadata declares ``lance/indexes`` (only those),
+    ``indexes``: ``lance_index_coverage`` passes when the namespace declares every index of
+    ``lance/indexes``, every partition table whose size calls for a declared index has it,
+    and each index's unindexed rows (appended since it was built, searched exhaustively until
+    ``optimize_indexes``) are at most ``index_unindexed_fraction`` of its indexed rows and at
+    most ``index_unindexed_rows`` (None: that bound is off); it covers every index the
+    namespace declares, also those declared by hand.
 
     An asset's checks run together in one step (one definition per asset, named
     ``<asset>_lance_checks``), reading its namespace once; any subset of them can be run.
@@ -75,18 +87,20 @@ def build_lance_partitioned_checks(
     unknown += sorted(blocking_checks - set(CHECKS))
     if unknown:
         raise ValueError(f"unknown checks {unknown}; choose from {list(CHECKS)}")
+    bound = UnindexedBound(index_unindexed_fraction, index_unindexed_rows)
     runners: dict[str, Callable[..., Outcome]] = {
         "schema": lambda w, ns, ctx: _schema(w, ns),
         "read_versions": lambda w, ns, ctx: _read_versions(w, ns, history),
         "integrity": lambda w, ns, ctx: _integrity(w, ns, integrity_sample),
         "coverage": _coverage,
+        "indexes": lambda w, ns, ctx: _index_coverage(w, ns, bound),
     }
     watched = watched_assets(assets, lance)
-    out = [
-        _checks_of(w, {c: runners[c] for c in checks}, blocking_checks, severity)
-        for w in watched
-        if checks
-    ]
+    out = []
+    for w in watched:
+        mine = {c: runners[c] for c in checks if _applies(c, w)}
+        if mine:
+            out.append(_checks_of(w, mine, blocking_checks, severity))
     per_partition = [c for c in checks if c in PARTITION_CHECKS]
     if partitioned_checks and per_partition:
         out += [
@@ -98,6 +112,12 @@ def build_lance_partitioned_checks(
 
 
 Outcome = tuple[bool, str, dict[str, Any]]  # passed, description, metadata
+
+
+def _applies(check: str, w: WatchedAsset) -> bool:
+    """Whether ``check`` is built for ``w`` (``indexes`` only when it declares some)."""
+    applies = _APPLIES.get(check)
+    return applies is None or applies(w)
 
 
 def _checks_of(
@@ -340,6 +360,67 @@ def _coverage(
         missing_in_dagster_count=len(missing_in_dagster),
         missing_in_lance=_shown(missing_in_lance),
         missing_in_dagster=_shown(missing_in_dagster),
+    )
+
+
+def _index_coverage(w: WatchedAsset, ns: PartitionedNamespace, bound: UnindexedBound) -> Outcome:
+    """``lance_index_coverage`` over the whole namespace: every index of ``lance/indexes`` is
+    declared, no partition table lacks a declared index its size calls for, and each index's
+    unindexed rows are within ``bound``."""
+    coverages = ns.indexes()
+    declared = {c.name for c in coverages}
+    undeclared = [r.name for r in w.indexes if r.name not in declared]
+    where: dict[str, str] = {}
+    if any(c.needing for c in coverages):
+        where = {p["object_id"]: _where(w, ns, p["spec_id"], p["values"]) for p in ns.partitions()}
+    rows = []
+    over = []
+    needing: list[dict[str, str]] = []
+    for c in coverages:
+        allowed = bound.allowed(c.indexed_rows)
+        if allowed is not None and c.unindexed_rows > allowed:
+            over.append(f"{c.name}: {c.unindexed_rows} unindexed row(s), more than {allowed}")
+        needing += [{"index": c.name, "partition": where.get(o, o)} for o in c.needing]
+        rows.append(
+            {
+                **{k: getattr(c, k) for k in COVERAGE_COLUMNS},
+                "unindexed_rows_allowed": allowed,
+                "params": c.params,
+            }
+        )
+    parts = []
+    if undeclared:
+        parts.append(
+            f"{len(undeclared)} index(es) of {INDEXES} not declared on the namespace yet "
+            f"({', '.join(undeclared)}): the next materialization declares them"
+        )
+    if needing:
+        lacking = sorted({n["partition"] for n in needing})
+        parts.append(
+            f"{len(lacking)} partition(s) lack an index their size calls for "
+            f"({', '.join(lacking[:5])}{' ...' if len(lacking) > 5 else ''}); the maintenance "
+            "job (ns.maintenance.optimize_indexes()) builds them"
+        )
+    if over:
+        parts.append(
+            f"unindexed rows over the bound ({bound.describe()}): {'; '.join(over)}; the "
+            "maintenance job (ns.maintenance.optimize_indexes()) folds them in"
+        )
+    total_unindexed = sum(c.unindexed_rows for c in coverages)
+    return _result(
+        not parts,
+        "; ".join(parts)
+        or f"{len(coverages)} index(es) cover every partition that needs one; "
+        f"{total_unindexed} unindexed row(s), {bound.describe()} per index",
+        indexes=rows,
+        indexes_declared=len(coverages),
+        undeclared=undeclared,
+        partitions_needing=len({n["partition"] for n in needing}),
+        needing=_shown(needing),
+        unindexed_rows=total_unindexed,
+        indexed_rows=sum(c.indexed_rows for c in coverages),
+        unindexed_fraction_max=bound.fraction,
+        unindexed_rows_max=bound.rows,
     )
 
 

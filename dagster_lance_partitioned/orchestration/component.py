@@ -36,7 +36,7 @@ from .maintenance import build_lance_maintenance_job, build_lance_maintenance_sc
 from .resource import LancePartitionedResource
 from .sensors import build_lance_external_change_sensor, build_lance_schema_sensor
 
-CheckName = Literal["schema", "read_versions", "integrity", "coverage"]
+CheckName = Literal["schema", "read_versions", "integrity", "coverage", "indexes"]
 
 
 class LancePartitionedScaffolder(Scaffolder):
@@ -61,7 +61,8 @@ class LancePartitionedScaffolder(Scaffolder):
 @scaffold_with(LancePartitionedScaffolder)
 class LancePartitionedComponent(Component, Resolvable, Model):
     """The assets of ``assets_module`` stored as Lance partitioned namespaces under ``root``,
-    with their asset checks (one step per asset; with ``partitioned_checks`` one more for the
+    with their asset checks (one step per asset; ``lance_index_coverage`` only on assets whose
+    metadata declares ``lance/indexes``; with ``partitioned_checks`` one more step for the
     checks per partition), the external-change and schema sensors and the maintenance job with
     its nightly schedule, all locating the namespaces through one
     :class:`~.resource.LancePartitionedResource`, which asset code gets under
@@ -90,6 +91,16 @@ class LancePartitionedComponent(Component, Resolvable, Model):
     )
     blocking_checks: list[CheckName] = Field(
         default_factory=list, description="Checks that stop downstream assets when they fail."
+    )
+    index_unindexed_fraction: float | None = Field(
+        default=0.1,
+        description="lance_index_coverage (assets declaring lance/indexes) fails when an index "
+        "has more unindexed rows than this fraction of its indexed rows (null: no such bound).",
+    )
+    index_unindexed_rows: int | None = Field(
+        default=None,
+        description="lance_index_coverage fails when an index has more unindexed rows than "
+        "this (null: no such bound).",
     )
     partitioned_checks: bool = Field(
         default=False,
@@ -121,6 +132,8 @@ class LancePartitionedComponent(Component, Resolvable, Model):
             checks=self.checks,
             blocking=self.blocking_checks,
             partitioned_checks=self.partitioned_checks,
+            index_unindexed_fraction=self.index_unindexed_fraction,
+            index_unindexed_rows=self.index_unindexed_rows,
         )
         sensors: list[dg.SensorDefinition] = []
         if self.external_change_sensor:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.errors import PartitionedNamespaceError, SchemaError, WriteError
+from ..core.errors import (
+    IndexDeclarationError,
+    PartitionedNamespaceError,
+    SchemaError,
+    WriteError,
+)
 
 
 class InvalidAssetKeyError(PartitionedNamespaceError):
@@ -77,3 +82,37 @@ class PartitionLayoutError(PartitionedNamespaceError, ValueError):
     """An asset's partitions cannot be stored as Lance partitions (missing or unknown
     ``partition_expr`` column, a cron cadence that is not a calendar unit, a key that does
     not fit the column type)."""
+
+
+class IndexMetadataError(IndexDeclarationError):
+    """An asset's ``lance/indexes`` metadata is malformed (not a list of ``{"column",
+    "index_type", ...}``, a missing or mistyped key, a column the output lacks, an unknown
+    index type, a name used twice) or asks for an index the namespace cannot hold; nothing
+    was written. ``asset`` is the asset key, ``entry`` the position of the entry at fault in
+    the list (None: the value as a whole)."""
+
+    def __init__(self, message: str, asset: str, entry: int | None = None) -> None:
+        super().__init__(message)
+        self.asset = asset
+        self.entry = entry
+
+
+class IndexDeclarationConflictError(IndexMetadataError):
+    """An entry of ``lance/indexes`` names an index that the namespace already declares
+    otherwise (another column, type, ``min_rows`` or parameters); the IO manager never
+    changes a declaration: drop it (``ns.drop_index(name)``) or choose another name. Nothing
+    was written. ``name`` is the index, ``stored`` and ``wanted`` the two declarations."""
+
+    def __init__(
+        self,
+        message: str,
+        asset: str,
+        entry: int | None,
+        name: str,
+        stored: dict[str, Any],
+        wanted: dict[str, Any],
+    ) -> None:
+        super().__init__(message, asset, entry)
+        self.name = name
+        self.stored = stored
+        self.wanted = wanted

@@ -58,6 +58,15 @@ from .handlers import (
     handler_for_object,
     handler_for_type,
 )
+from .indexes import (
+    INDEXES,
+    INDEXES_DECLARED,
+    check_requests,
+    coverage_metadata,
+    coverage_over,
+    coverage_summary,
+    declare_requested,
+)
 from .layout import Layout
 from .output import (
     MERGE,
@@ -91,7 +100,10 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
     overriding :meth:`type_handlers`. Partitioned assets need metadata ``partition_expr`` (a
     column, or ``{dimension: column}``); unpartitioned ones ``lance/partition_by``. Each run
     replaces exactly its partitions in one manifest commit, or with ``lance/write_mode:
-    merge`` upserts its rows on the ``lance/merge_on`` columns."""
+    merge`` upserts its rows on the ``lance/merge_on`` columns. Metadata ``lance/indexes``
+    (``[{"column": .., "index_type": .., "name"?: .., "min_rows"?: .., **params}]``) declares
+    indexes on the namespace (once; a different declaration of a name is refused), which each
+    run's write then builds on the tables it writes before its commit."""
 
     root: str = Field(description="Where the namespaces live: a local path or an object store URI.")
     storage_options: dict[str, str] | None = Field(
@@ -163,7 +175,9 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
     # -- output -------------------------------------------------------------------------------
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         """Write ``obj`` into the asset's namespace (created, or evolved, first when needed):
-        exactly the run's partitions, in one manifest commit.
+        exactly the run's partitions, in one manifest commit. The indexes of ``lance/indexes``
+        the namespace does not declare yet are declared first, so that commit registers the
+        written tables indexed; the materialization records the indexes' coverage.
 
         Concurrent runs may create or evolve the namespace at the same time: one creates it,
         the others write into it; identical schema / spec changes are made once. A Lance or
@@ -175,7 +189,14 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             out = OutputSlice.of(context, uri, self.write_mode)
             handlers = self._handlers()
             value = OutputValue(obj, handler_for_object(obj, out.asset, handlers), handlers)
+            check_requests(out.asset, out.indexes, value.schema)
             ns, spec_changed = self._prepare(out, value)
+            declared_now = declare_requested(out.asset, ns, out.indexes)
+            if declared_now:
+                context.log.info(
+                    f"{out.asset}: declared index(es) {', '.join(declared_now)} ({INDEXES}) on "
+                    f"{uri}; this run's write indexes the partition tables it writes"
+                )
             context.log.info(
                 f"writing {out.asset} into {uri} ({out.mode}"
                 + (f", {len(out.keys)} partition key(s)" if out.keys is not None else "")
@@ -184,6 +205,7 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             result = self._write(out, value, ns)
             ns.refresh()
             shared, per_key = self._describe(out, value, ns, result, spec_changed)
+            self._describe_indexes(context, out, ns, result, shared, per_key, declared_now)
         except PartitionedNamespaceError:
             raise
         except _RAW_ERRORS as e:
@@ -325,6 +347,47 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             meta["lance/run_rows_written"] = rows
         meta["lance/run_partition_keys"] = len(keys)
         return meta, _per_key_metadata(tables, keys, layout, isinstance(result, RowChangeResult))
+
+    def _describe_indexes(
+        self,
+        context: dg.OutputContext,
+        out: OutputSlice,
+        ns: PartitionedNamespace,
+        result: WriteResult | RowChangeResult | None,
+        shared: dict[str, Any],
+        per_key: dict[str, dict[str, Any]],
+        declared_now: Sequence[str],
+    ) -> None:
+        """Add the coverage of the namespace's declared indexes to the output's metadata
+        (nothing when it declares none): over the partition tables of the run's keys for a
+        partitioned asset (each key's event: its own tables; the run's under
+        ``lance/run_*``), over the tables the run wrote or changed for an unpartitioned one.
+        Only those tables are opened, never the whole namespace."""
+        if declared_now:
+            shared[INDEXES_DECLARED] = dg.MetadataValue.json(list(declared_now))
+        if out.partitioned:
+            tasks = list(ns.plan_scan(out.row_filter(ns.schema)).tasks)
+        else:
+            written = _written_ids(result)
+            tasks = [t for t in ns.plan_scan(None).tasks if t.object_id in written]
+        layout, current = out.layout, ns.current_spec.spec_id
+
+        def key_of(task: Any) -> str | None:
+            if layout is None or task.spec_id != current:
+                return None  # a table of an older partitioning belongs to no key's event
+            return layout.key_of(list(task.partition_values.values()))
+
+        several = bool(per_key)
+        total, by_key = coverage_over(
+            ns, tasks, key_of if several else None, list(per_key) if several else ()
+        )
+        if not total:
+            return
+        shared.update(coverage_metadata("lance/run_" if several else "lance/", total))
+        for key, meta in per_key.items():
+            meta.update(coverage_metadata("lance/", by_key[key]))
+        scope = "the run's partition keys" if out.partitioned else "the tables the run wrote"
+        context.log.info(f"{out.asset}: indexes over {scope}: {coverage_summary(total)}")
 
     def _merge_metadata(
         self,
@@ -720,6 +783,15 @@ class _Table:
     def written(cls, p: Any) -> _Table:
         """A partition a write wrote (a ``PartitionWrite``)."""
         return cls(p.object_id, p.values, p.read_version, p.rows, bytes=p.bytes_written)
+
+
+def _written_ids(result: WriteResult | RowChangeResult | None) -> set[str]:
+    """The object ids of the partition tables a write or merge wrote or changed."""
+    if result is None:
+        return set()
+    if isinstance(result, RowChangeResult):
+        return set(result.partitions)
+    return {p.object_id for p in result.partitions}
 
 
 def _counted(

@@ -1,6 +1,6 @@
 """A Dagster job (and nightly schedule) keeping the namespaces of assets healthy: delete rows past
-their retention (when configured), compact small fragments, clean up table versions no retained
-manifest version pins, vacuum orphans."""
+their retention (when configured), compact small fragments, bring the declared indexes up to date,
+clean up table versions no retained manifest version pins, vacuum orphans."""
 
 import dataclasses
 import datetime as dt
@@ -14,7 +14,9 @@ from pydantic import Field
 
 from ..core.filters import quote_ident, sql_literal
 from ..core.namespace import PartitionedNamespace
+from ..core.search.catalog import declared
 from .errors import RetentionRuleError
+from .indexes import coverage_metadata
 from .watched import Lake, WatchedAsset, watched_assets
 
 # commit property dlp.source of the job's retention deletes (the external change sensor
@@ -77,6 +79,7 @@ class MaintenanceConfig(dg.Config):
 
     retention: dict[str, RetentionRule] = Field(default_factory=dict)
     compact: bool = True
+    optimize_indexes: bool = True
     cleanup_older_than_hours: float = 7 * 24
     keep_manifest_versions: int = 10
     vacuum_grace_hours: float = 7 * 24
@@ -91,17 +94,20 @@ def build_lance_maintenance_job(
 ) -> dg.JobDefinition:
     """A job that, for each asset's namespace, deletes the rows its ``retention`` rule names
     (one manifest commit; partitions left empty are deregistered), compacts fragments (one
-    manifest commit), removes old versions outside the retention (time travel stays valid
-    within it) and deletes orphans older than the grace period; reports what it did as an
-    observation of each asset, and the rows deleted per asset on the op's output. ``lance``: the
-    :class:`~.resource.LancePartitionedResource` (or the IO manager) the assets are stored
-    with."""
+    manifest commit), optimizes the declared indexes (one manifest commit: builds those a
+    table lacks and folds appended rows into the others), removes old versions outside the
+    retention (time travel stays valid within it) and deletes orphans older than the grace
+    period; reports what it did as an observation of each asset (with the indexes' coverage
+    afterwards when it declares any), and the rows deleted per asset on the op's output.
+    ``lance``: the :class:`~.resource.LancePartitionedResource` (or the IO manager) the
+    assets are stored with."""
     watched = watched_assets(assets, lance)
     base = defaults or MaintenanceConfig()
 
     @dg.op(
         name=f"{name}_op",
-        description="delete expired rows, compact, clean up and vacuum Lance namespaces",
+        description="delete expired rows, compact, optimize indexes, clean up and vacuum Lance "
+        "namespaces",
     )
     def maintain(
         context: dg.OpExecutionContext, config: MaintenanceConfig
@@ -130,6 +136,11 @@ def build_lance_maintenance_job(
                 metadata["lance/rows_deleted"] = dg.MetadataValue.int(deleted[asset])
             if config.compact:
                 done["compact"] = _plain(ns.compact())
+            if config.optimize_indexes and declared(ns.refresh()):
+                # after compaction, which builds the indexes of the tables it rewrites over all
+                # their rows: optimizing first would rebuild (retrain) those twice. Recorded
+                # only for namespaces declaring indexes.
+                done["optimize_indexes"] = _optimized(ns)
             done["cleanup"] = _plain(
                 ns.cleanup(
                     older_than=dt.timedelta(hours=config.cleanup_older_than_hours),
@@ -137,13 +148,16 @@ def build_lance_maintenance_job(
                 )
             )
             done["vacuum"] = _plain(ns.vacuum(grace=dt.timedelta(hours=config.vacuum_grace_hours)))
+            coverages = ns.refresh().indexes()  # whole namespace; nothing opened without indexes
+            if coverages:
+                metadata.update(coverage_metadata("lance/", coverages))
             context.log.info(f"{asset} ({w.uri}): {json.dumps(done)}")
             yield dg.AssetObservation(
                 w.key,
                 metadata={
                     "lance/maintenance": dg.MetadataValue.json(done),
                     **metadata,
-                    "lance/manifest_version": ns.refresh().version,
+                    "lance/manifest_version": ns.version,
                 },
             )
         yield dg.Output(
@@ -195,6 +209,16 @@ def _retention(
         "partitions_removed": sorted(removed),
         "committed": result.committed,
         "manifest_version": result.manifest_version,
+    }
+
+
+def _optimized(ns: PartitionedNamespace) -> dict[str, Any]:
+    """Optimize ``ns``'s declared indexes (nothing without any); what was done."""
+    result = ns.maintenance.optimize_indexes()
+    return {
+        "manifest_version": result.manifest_version,
+        "partitions_reindexed": len(result.partitions),
+        "partitions_skipped": len(result.skipped),
     }
 
 

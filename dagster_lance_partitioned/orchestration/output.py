@@ -18,6 +18,7 @@ from ..core.namespace import PartitionedNamespace
 from ..core.write import WRITE_MODES
 from .errors import PartitionKeyMismatchError
 from .handlers import ArrowTableHandler, TypeHandler
+from .indexes import INDEXES, IndexRequest, index_requests
 from .layout import Layout
 
 WRITE_MODE = "lance/write_mode"
@@ -108,7 +109,8 @@ class OutputSlice:
     alone (the anchor is Dagster's ``TableSlice``): the asset and its namespace URI, the write
     ``mode`` (``merge`` or a core write mode), the run's partition ``keys`` and their
     ``layout`` (None for unpartitioned assets), the asset's definition metadata, the merge
-    options and the properties the commit records."""
+    options, the properties the commit records and the indexes the asset declares
+    (``lance/indexes``)."""
 
     asset: str
     uri: str
@@ -118,11 +120,12 @@ class OutputSlice:
     metadata: Mapping[str, Any]
     commit_properties: Mapping[str, str]
     merge: MergeOptions | None = None
+    indexes: tuple[IndexRequest, ...] = ()
 
     @classmethod
     def of(cls, context: dg.OutputContext, uri: str, default_mode: str) -> OutputSlice:
-        """The slice of ``context``'s output (refusing unknown write modes and bad merge
-        options before anything is touched)."""
+        """The slice of ``context``'s output (refusing unknown write modes, bad merge
+        options and malformed ``lance/indexes`` before anything is touched)."""
         asset = context.asset_key.to_user_string()
         meta = dict(context.definition_metadata or {})
         layout: Layout | None = None
@@ -146,7 +149,8 @@ class OutputSlice:
         if keys is not None:
             props["dagster.partition_keys"] = json.dumps(list(keys))
         merge = MergeOptions.of(asset, meta) if mode == MERGE else None
-        return cls(asset, uri, mode, layout, keys, meta, props, merge)
+        indexes = index_requests(asset, meta.get(INDEXES))
+        return cls(asset, uri, mode, layout, keys, meta, props, merge, indexes)
 
     @property
     def partitioned(self) -> bool:

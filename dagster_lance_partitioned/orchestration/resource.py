@@ -8,6 +8,8 @@ the IO manager writes::
     def late_flights(lance: LancePartitionedResource) -> None:
         ns = lance.namespace(dg.AssetKey("flights"))
         late = ns.to_table(filter="dep_delay > 60")
+        similar = lance.search("flights", late["embedding"][0].as_py(), k=5,
+                               filter="origin = 'JFK'")
 """
 
 from __future__ import annotations
@@ -15,12 +17,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import dagster as dg
+import pyarrow as pa
 from pydantic import Field
 
 from ..core.errors import NamespaceNotFoundError
+from ..core.filters import FilterLike
 from ..core.namespace import PartitionedNamespace
+from ..core.search.catalog import IndexCoverage
 from .errors import InvalidAssetKeyError, StorageRootError
 
 # an asset key part usable as one directory name: letters, digits, '_' and '-', with '.' only
@@ -32,7 +38,8 @@ AssetKeyLike = dg.AssetKey | str | Sequence[str]  # a string is a key's user for
 
 class LancePartitionedResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """The storage of Lance partitioned namespaces: one per asset, at ``<root>/<asset key
-    path>``. :meth:`namespace` opens an asset's namespace (to scan, merge, delete, ...) and
+    path>``. :meth:`namespace` opens an asset's namespace (to scan, merge, delete, ...),
+    :meth:`search` searches it across partitions, :meth:`indexes` lists its indexes and
     :meth:`uri` gives its location, by the rule the IO manager writes with."""
 
     root: str = Field(description="Where the namespaces live: a local path or an object store URI.")
@@ -60,6 +67,31 @@ class LancePartitionedResource(dg.ConfigurableResource):  # type: ignore[type-ar
         :class:`~dagster_lance_partitioned.core.errors.NamespaceNotFoundError` when nothing was
         written there yet."""
         return PartitionedNamespace.open(self.uri(asset_key), self.options, version)
+
+    def search(
+        self,
+        asset_key: AssetKeyLike,
+        query: Any,
+        *,
+        column: str | None = None,
+        k: int = 10,
+        filter: FilterLike = None,
+        columns: Sequence[str] | None = None,
+        version: int | None = None,
+        **params: Any,
+    ) -> pa.Table:
+        """The ``k`` best rows of ``asset_key``'s namespace for ``query`` across the
+        partitions ``filter`` keeps (at manifest ``version``, else the latest): a vector gives
+        the nearest rows with ``_distance``, a string full-text matches with ``_score``; see
+        :meth:`PartitionedNamespace.search` (``column``, ``columns`` and ``params`` such as
+        ``nprobes`` and ``refine_factor`` pass through)."""
+        ns = self.namespace(asset_key, version)
+        return ns.search(query, column=column, k=k, filter=filter, columns=columns, **params)
+
+    def indexes(self, asset_key: AssetKeyLike, filter: FilterLike = None) -> list[IndexCoverage]:
+        """The indexes ``asset_key``'s namespace declares, with their coverage over the
+        partitions ``filter`` selects (see :meth:`PartitionedNamespace.indexes`)."""
+        return self.namespace(asset_key).indexes(filter)
 
     def exists(self, asset_key: AssetKeyLike) -> bool:
         """Whether the namespace of ``asset_key`` exists."""

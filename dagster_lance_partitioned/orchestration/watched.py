@@ -11,6 +11,7 @@ import dagster as dg
 
 from ..core.errors import NamespaceNotFoundError
 from ..core.namespace import PartitionedNamespace
+from .indexes import INDEXES, IndexRequest, index_requests
 from .io_manager import LancePartitionedIOManager
 from .layout import Layout
 from .resource import LancePartitionedResource
@@ -20,13 +21,15 @@ Lake = LancePartitionedResource | LancePartitionedIOManager  # where the factori
 
 @dataclass(frozen=True)
 class WatchedAsset:
-    """One asset stored by the IO manager."""
+    """One asset stored by the IO manager (``indexes``: those its ``lance/indexes`` metadata
+    declares)."""
 
     key: dg.AssetKey
     uri: str
     partitions_def: dg.PartitionsDefinition | None
     layout: Layout | None
     storage_options: dict[str, str] | None
+    indexes: tuple[IndexRequest, ...] = ()
 
     def open(self, version: int | None = None) -> PartitionedNamespace | None:
         """The namespace (None when nothing was written yet)."""
@@ -51,7 +54,9 @@ def lance_resource(lake: Lake) -> LancePartitionedResource:
 def watched_assets(
     assets: Sequence[dg.AssetsDefinition | dg.AssetSpec], lake: Lake
 ) -> list[WatchedAsset]:
-    """The assets (every key of multi-assets) with their namespaces."""
+    """The assets (every key of multi-assets) with their namespaces. A malformed
+    ``lance/indexes`` raises :class:`~.errors.IndexMetadataError` naming the asset and the
+    entry, so the definitions do not load with it."""
     resource = lance_resource(lake)
     options = resource.options
     out = []
@@ -65,5 +70,9 @@ def watched_assets(
                 if (pdef is not None)
                 else None
             )
-            out.append(WatchedAsset(spec.key, resource.uri(spec.key), pdef, layout, options))
+            name = spec.key.to_user_string()
+            indexes = index_requests(name, meta.get(INDEXES))
+            out.append(
+                WatchedAsset(spec.key, resource.uri(spec.key), pdef, layout, options, indexes)
+            )
     return out

@@ -278,7 +278,14 @@ def coverages(ns: NamespaceState | HasState, filter: FilterLike = None) -> list[
     decls = declared(state)
     if not decls:
         return []
-    found = table_states(state, decls, state.plan_scan(filter).tasks)
+    return summarize(decls, table_states(state, decls, state.plan_scan(filter).tasks))
+
+
+def summarize(
+    decls: Sequence[IndexDeclaration],
+    found: Sequence[tuple[ScanTask, list[TableIndexState]]],
+) -> list[IndexCoverage]:
+    """Each declaration's coverage over the tables of ``found`` (from :func:`table_states`)."""
     out = []
     for i, d in enumerate(decls):
         states = [(task, per[i]) for task, per in found]

@@ -7,6 +7,8 @@ squared L2, ``1 - cosine``, ``1 - dot``); text queries are in :mod:`.text`."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,6 +36,7 @@ from ..scan import (
     scan_concurrency,
 )
 from ..state import HasState, NamespaceState, state_of
+from .build import describe
 from .catalog import declared
 from .declaration import METRICS, IndexDeclaration, vector_dimension
 
@@ -168,19 +171,124 @@ def search(
         )
     plan = state.plan_scan(filter)
 
-    def one(task: ScanTask) -> pa.Table:
+    def one(task: ScanTask) -> pa.Table | _Candidates:
         searched = open_searched(task, schema, plan.residual_filter, state.storage_options)
+        if _cacheable(searched, name):
+            return _cached_candidates(searched, name, vector, k, metric)
         if searched.pushable:
             return _nearest(searched, target, name, vector, k, metric, extra)
         return _flat(searched, schema, target, name, vector, k, metric, state.storage_options)
 
     out_schema = target.append(pa.field(DISTANCE, pa.float32()))
-    parts = [t for t in for_each_partition(state, plan.tasks, one) if t.num_rows]
+    found = for_each_partition(state, plan.tasks, one)
+    parts = [t for t in found if isinstance(t, pa.Table) and t.num_rows]
+    parts.extend(_fetch_best([c for c in found if isinstance(c, _Candidates)], k, schema, target))
     if not parts:
         return out_schema.empty_table()
     merged = pa.concat_tables(parts)
     order = pc.sort_indices(merged, sort_keys=[(DISTANCE, "ascending")])
     return merged.take(order[:k])
+
+
+# Small tables without a vector index are searched from an in-memory copy of their vectors
+# (a version never changes): one numpy product each instead of one Lance search each, and the
+# rows of only the best k of them all fetched.
+FLAT_CACHE_ROWS = 65_536  # tables up to this many rows
+FLAT_CACHE_BYTES = 512 * 1024 * 1024  # vectors kept per process at most
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """The best rows of one table searched from its cached vectors."""
+
+    searched: Searched
+    row_ids: np.ndarray
+    distances: np.ndarray
+
+
+class _VectorCache:
+    """A process-wide LRU of (table version, column) -> (vectors, row ids), bounded in bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._items: OrderedDict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, ds: lance.LanceDataset, column: str) -> tuple[np.ndarray, np.ndarray]:
+        key = (ds.uri, ds.version, column)
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit
+        table = ds.to_table(
+            columns=[column], with_row_id=True, filter=f"{_quoted(column)} IS NOT NULL"
+        )
+        dimension = vector_dimension(table.schema.field(column).type) or 1
+        value = (
+            _matrix(table.column(column), dimension),
+            table.column("_rowid").to_numpy().astype(np.uint64),
+        )
+        size = value[0].nbytes + value[1].nbytes
+        with self._lock:
+            if key not in self._items and size <= self.limit:
+                self._items[key] = value
+                self.used += size
+                while self.used > self.limit:
+                    _, (m, r) = self._items.popitem(last=False)
+                    self.used -= m.nbytes + r.nbytes
+        return value
+
+
+_vectors = _VectorCache(FLAT_CACHE_BYTES)
+
+
+def _cacheable(searched: Searched, column: str) -> bool:
+    """Whether a table is searched from cached vectors: small, no vector index on ``column``,
+    no filter inside it."""
+    if not searched.native or searched.sql is not None:
+        return False
+    rows, indexes = describe(searched.ds)
+    if rows > FLAT_CACHE_ROWS:
+        return False
+    return not any(column in (d.field_names or ()) for d in indexes.values())
+
+
+def _cached_candidates(
+    searched: Searched, column: str, vector: np.ndarray, k: int, metric: str
+) -> _Candidates:
+    matrix, row_ids = _vectors.get(searched.ds, column)
+    if not len(row_ids):
+        return _Candidates(searched, row_ids, np.zeros(0, np.float32))
+    distances = distance(matrix, vector, metric)
+    top = np.argsort(distances, kind="stable")[:k]
+    return _Candidates(searched, row_ids[top], distances[top])
+
+
+def _fetch_best(
+    found: list[_Candidates], k: int, schema: pa.Schema, target: pa.Schema
+) -> list[pa.Table]:
+    """The rows of the ``k`` nearest candidates of all cached tables, with their distances."""
+    if not found:
+        return []
+    distances = np.concatenate([c.distances for c in found])
+    owner = np.concatenate([np.full(len(c.row_ids), i) for i, c in enumerate(found)])
+    order = np.argsort(distances, kind="stable")[:k]
+    out = []
+    for i in sorted(set(owner[order].tolist())):
+        mine = order[owner[order] == i]
+        offsets = mine - sum(len(c.row_ids) for c in found[:i])
+        ids = found[i].row_ids[offsets]
+        rows = rows_by_id(found[i].searched, ids.tolist(), schema, target)
+        by_id = dict(zip(ids.tolist(), found[i].distances[offsets].tolist(), strict=True))
+        got = rows.column("_rowid").to_pylist()
+        out.append(
+            rows.drop_columns(["_rowid"]).append_column(
+                DISTANCE, pa.array([by_id[r] for r in got], pa.float32())
+            )
+        )
+    return out
 
 
 def text_index(
@@ -287,7 +395,7 @@ def _nearest(
     # exact distances for the k rows kept, so that partitions' results merge by true distance
     # (an index's quantized distances differ from table to table)
     nearest.setdefault("refine_factor", DEFAULT_REFINE)
-    cols = list(target.names)
+    cols = [*target.names, DISTANCE]
     found = ds.to_table(columns=cols, nearest=nearest, filter=searched.lance_sql, prefilter=True)
     if found.num_rows < k:
         has_vector = f"{_quoted(column)} IS NOT NULL"
