@@ -22,10 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
+from helpers.dagster_runs import range_tags
 from helpers.data import fingerprint, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace
@@ -139,12 +136,7 @@ def materialize(
     **io_config: Any,
 ) -> dg.ExecuteInProcessResult:
     """Run ``assets`` with the Lance IO manager rooted at ``root`` (one key, or a range run)."""
-    tags = None
-    if range_ is not None:
-        tags = {
-            ASSET_PARTITION_RANGE_START_TAG: range_[0],
-            ASSET_PARTITION_RANGE_END_TAG: range_[1],
-        }
+    tags = range_tags(range_)
     return dg.materialize(
         assets,
         instance=instance or dg.DagsterInstance.ephemeral(),

@@ -20,11 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import yaml
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 from dagster.components.testing import create_defs_folder_sandbox
+from helpers.dagster_runs import range_tags
 
 from dagster_lance_partitioned import PartitionedNamespace
 from dagster_lance_partitioned.core.errors import IndexBuildError
@@ -122,12 +119,7 @@ class Lake:
         selection: Any = None,
         raise_on_error: bool = True,
     ) -> dg.ExecuteInProcessResult:
-        tags = None
-        if range_ is not None:
-            tags = {
-                ASSET_PARTITION_RANGE_START_TAG: range_[0],
-                ASSET_PARTITION_RANGE_END_TAG: range_[1],
-            }
+        tags = range_tags(range_)
         config = None
         if extra:
             name = next(a for a in assets if isinstance(a, dg.AssetsDefinition)).op.name

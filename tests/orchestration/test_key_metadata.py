@@ -13,10 +13,7 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 import pytest
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
+from helpers.dagster_runs import range_tags
 
 from dagster_lance_partitioned import PartitionedNamespace
 from dagster_lance_partitioned.orchestration import LancePartitionedIOManager
@@ -73,12 +70,7 @@ def run(
     key: str | None = None,
     range_: tuple[str, str] | None = None,
 ) -> dg.ExecuteInProcessResult:
-    tags = None
-    if range_ is not None:
-        tags = {
-            ASSET_PARTITION_RANGE_START_TAG: range_[0],
-            ASSET_PARTITION_RANGE_END_TAG: range_[1],
-        }
+    tags = range_tags(range_)
     result = dg.materialize(
         assets,
         instance=instance,

@@ -19,6 +19,7 @@ from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_START_TAG,
     PARTITION_NAME_TAG,
 )
+from helpers.dagster_runs import range_tags
 
 from dagster_lance_partitioned import PartitionedNamespace
 from dagster_lance_partitioned.core.manifest import ManifestEdit, ManifestSnapshot, ManifestStore
@@ -95,13 +96,9 @@ class Lake:
         selection: dg.AssetSelection | None = None,
         assets: list | None = None,
     ) -> dg.ExecuteInProcessResult:
-        tags = None
-        if range_ is not None:
-            tags = {
-                ASSET_PARTITION_RANGE_START_TAG: range_[0],
-                ASSET_PARTITION_RANGE_END_TAG: range_[1],
-            }
-        elif key is not None and selection is not None:  # a run of checks: the key as a tag
+        tags = range_tags(range_)
+        if tags is None and key is not None and selection is not None:
+            # a run of checks: the key as a tag
             tags, key = {PARTITION_NAME_TAG: key}, None
         return dg.materialize(
             [*(assets or [events]), *self.checks],
