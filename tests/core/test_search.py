@@ -474,6 +474,9 @@ def test_a_different_declaration_under_a_taken_name_is_refused(ns):
         ("v", "IVF_FLAT", {"name": "bad name!"}, "'bad name!'"),
         ("v", "IVF_FLAT", {"name": ""}, "''"),
         ("v", "IVF_FLAT", {"when": object()}, "JSON"),
+        ("v", "IVF_PQ", {"num_partitions": "x"}, "num_partitions"),
+        ("v", "IVF_PQ", {"num_sub_vectors": 0}, "num_sub_vectors"),
+        ("v", "IVF_FLAT", {"sample_rate": 2.5}, "sample_rate"),
     ],
 )
 def test_bad_declarations_are_refused_naming_the_fault_and_change_nothing(

@@ -28,6 +28,8 @@ CHECKS = [
     "lance_partition_integrity",
     "lance_dagster_coverage",
 ]
+# only the asset whose metadata declares lance/indexes gets the index coverage check
+INDEXED = {"flight_delays_enriched": ["lance_index_coverage"]}
 
 
 def _dg(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -62,7 +64,7 @@ def test_dg_list_defs_shows_the_example(tmp_path):
         "nyc_flights/defs/lake/defs.yaml"
     }
     checks = sorted(c["key"] for c in defs["asset_checks"])
-    assert checks == sorted(f"{a}:{c}" for a in ASSETS for c in CHECKS)
+    assert checks == sorted(f"{a}:{c}" for a in ASSETS for c in CHECKS + INDEXED.get(a, []))
     assert str(tmp_path / "lake" / "flights") in next(
         c["description"] for c in defs["asset_checks"] if c["asset_key"] == "flights"
     )  # DLP_ROOT, through the component's {{ lake_root }}

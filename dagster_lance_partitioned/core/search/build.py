@@ -166,7 +166,7 @@ def _stale_statistics(
     if decl.kind != "text":
         return False
     try:
-        stats = ds.index_statistics(decl.name)
+        stats = ds.stats.index_stats(decl.name)
     except (OSError, ValueError, RuntimeError):
         return False
     docs = sum(int(s.get("num_docs", 0)) for s in stats.get("segments") or stats.get("indices", []))

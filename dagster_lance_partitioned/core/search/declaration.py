@@ -24,6 +24,15 @@ SCALAR_TYPES = ("BTREE", "BITMAP", "LABEL_LIST")
 INDEX_TYPES = VECTOR_TYPES + TEXT_TYPES + SCALAR_TYPES
 ALIASES = {"FTS": "INVERTED"}
 METRICS = ("l2", "cosine", "dot")
+# parameters that must be positive integers (checked when declared, not when first built)
+INTEGER_PARAMS = (
+    "num_partitions",
+    "num_sub_vectors",
+    "num_bits",
+    "sample_rate",
+    "m",
+    "ef_construction",
+)
 
 # Partition tables with fewer rows are searched without a vector index: a flat search of a few
 # thousand vectors is exact and about as fast as probing an index (see docs/benchmarks.md).
@@ -266,12 +275,22 @@ def declare(
         raise IndexDeclarationError(f"min_rows must be a positive integer, got {min_rows!r}")
     checked = dict(params)
     if "metric" in checked:
+        if kind_of(canonical) != "vector":
+            raise IndexDeclarationError(
+                f"metric {checked['metric']!r}: only vector indexes take a metric, not {canonical}"
+            )
         metric = str(checked["metric"]).lower()
-        if kind_of(canonical) != "vector" or metric not in METRICS:
+        if metric not in METRICS:
             raise IndexDeclarationError(
                 f"metric {checked['metric']!r}: vector indexes take one of {', '.join(METRICS)}"
             )
         checked["metric"] = metric
+    for key in INTEGER_PARAMS:
+        value = checked.get(key)
+        if key in checked and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise IndexDeclarationError(
+                f"index {index_name!r}: {key} must be a positive integer, got {value!r}"
+            )
     try:
         json.dumps(checked)
     except (TypeError, ValueError):
