@@ -12,17 +12,23 @@ Options: ``--partitions`` (comma-separated table sizes N, in daily partitions), 
 (best of; every timed run of ``write`` gets a fresh table), ``--latency-ms`` (added before each
 request), ``--rows-per-partition`` (1000), ``--systems`` (``ours,delta,iceberg``), ``--ops``
 (``create,write,open,read_one,read_all,append,replace,floor``), ``--floor-threads`` (8),
-``--warm`` (see below), ``--json FILE``.
+``--warm`` (see below), ``--server`` (``moto``, ``moto-shared``, ``localbucket``), ``--json
+FILE``.
 
-**Store.** moto's S3 server (``ThreadedMotoServer``) on 127.0.0.1 behind
-``tests/helpers/delay_proxy.py:DelayProxy``, both in a child process (their Python work does not
-compete for the measured client's GIL). The proxy sleeps ``--latency-ms`` before forwarding
-each request (one simulated round trip; connection set-up and TLS cost nothing here) and counts
+**Store.** An S3-compatible server on 127.0.0.1 (``--server``: moto's, the default, or
+LocalBucket's; see ``tests/helpers/delay_proxy.py:SERVERS``) behind
+``tests/helpers/delay_proxy.py:DelayProxy``, each in a process of its own (their Python work
+does not compete for the measured client's GIL; ``moto-shared`` runs moto in the proxy's
+process, as before 2026-11-27). The proxy sleeps ``--latency-ms`` before forwarding each
+request (one simulated round trip; connection set-up and TLS cost nothing here) and counts
 requests by kind: GET, LIST (a GET with ``list-type=`` or ``prefix=`` in the query), HEAD, PUT,
-POST, DELETE. All three systems talk to the proxy only; buckets are created on moto directly
-(uncounted), one bucket per table so that moto's listings do not grow with the run. moto
-answers each request after a few milliseconds of its own Python work, which adds to the
-latency (the more so on a busy machine): compare request counts as well as seconds.
+POST, DELETE. All three systems talk to the proxy only; buckets are created on the server
+directly (uncounted), one bucket per table so that listings do not grow with the run. Both
+servers are single Python processes: moto answers a few hundred requests a second at most, its
+listings fewer (``bench/bench_s3_throughput.py``), so past that more requests in flight only
+queue; LocalBucket answers three to five times as many (it has no multi-object delete: the
+put-if-absent probe of this package cannot remove its scratch object there and warns).
+Compare request counts as well as seconds.
 
 **Data.** N days of ``--rows-per-partition`` rows each, columns ``day date32, id int64,
 value float64, name string``, rows grouped by day; every system partitions by ``day``
@@ -102,7 +108,7 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-from helpers.delay_proxy import KINDS, S3ProxyProcess
+from helpers.delay_proxy import KINDS, SERVERS, S3ProxyProcess
 from helpers.s3 import ACCESS_KEY, REGION, SECRET_KEY, storage_options
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
@@ -215,9 +221,10 @@ class Ours(System):
 
     def clear_caches(self) -> None:
         # what the process keeps of what it read (tables at pinned versions, manifest versions)
-        from dagster_lance_partitioned.core import scan
+        from dagster_lance_partitioned.core import scan, storage
 
         scan.clear_caches()
+        storage.clear_lance_session()  # and the manifests the write session kept
 
 
 class Delta(System):
@@ -360,7 +367,7 @@ class Bench:
         self._buckets = itertools.count()
         self._client = boto3.client(
             "s3",
-            endpoint_url=s3.moto_endpoint,
+            endpoint_url=s3.server_endpoint,
             aws_access_key_id=ACCESS_KEY,
             aws_secret_access_key=SECRET_KEY,
             region_name=REGION,
@@ -594,6 +601,7 @@ def versions() -> dict[str, str]:
         "pyiceberg",
         "pyarrow",
         "moto",
+        "localbucket",
     ):
         try:
             out[dist] = importlib.metadata.version(dist)
@@ -630,6 +638,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ops", type=csv(OPS), default=list(OPS))
     ap.add_argument("--floor-threads", type=int, default=8)
     ap.add_argument(
+        "--server",
+        choices=SERVERS,
+        default="moto",
+        help="the S3-compatible server behind the proxy (moto: moto's server in a process of "
+        "its own; moto-shared: in the proxy's process; localbucket: LocalBucket)",
+    )
+    ap.add_argument(
         "--warm",
         action="store_true",
         help="keep process-wide caches between timed runs (default: dropped before each run)",
@@ -645,7 +660,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     work_dir = tempfile.mkdtemp(prefix="dlp-bench-os-")
     command = "python bench/bench_object_store.py " + " ".join(sys.argv[1:])
-    s3 = S3ProxyProcess(args.latency_ms / 1000)
+    s3 = S3ProxyProcess(args.latency_ms / 1000, server=args.server)
     try:
         bench = Bench(s3, args, work_dir)
         systems: list[System] = []
@@ -664,7 +679,7 @@ def main(argv: list[str] | None = None) -> None:
     info = versions()
     print()
     print(
-        f"`{command}`: latency {args.latency_ms:g} ms per request, "
+        f"`{command}`: {args.server} behind the proxy, latency {args.latency_ms:g} ms per request, "
         f"{args.rows_per_partition} rows per partition, best of {args.repeat}, "
         f"{'warm caches' if args.warm else 'caches dropped before each run'}; "
         + ", ".join(f"{k} {v}" for k, v in info.items())

@@ -64,6 +64,7 @@ CREATE_OPERATION = "create"
 COMMIT_LOCK = "_dlp_commit.lock"  # advisory turn-taking of local writers, see ManifestStore._turn
 # Manifests of at most this many rows are read whole for lookups (cheaper than a query).
 SMALL_MANIFEST_ROWS = 2_000
+ROW_ADDRESS = "_rowaddr"  # the column Lance adds for with_row_address=True
 CREATE_WAIT_SECONDS = 10.0  # how long an open waits for a concurrent creation to complete
 
 _NAME_ALPHABET = string.ascii_lowercase + string.digits
@@ -164,13 +165,23 @@ class _VersionState:
     it: a version never changes): that its object ids are unique, its row count, its rows
     when read whole, and memoized lookups (:meth:`ManifestSnapshot.memo`)."""
 
-    __slots__ = ("arrow_schema", "dataset", "memos", "nbytes", "row_count", "table", "verified")
+    __slots__ = (
+        "addresses",
+        "arrow_schema",
+        "dataset",
+        "memos",
+        "nbytes",
+        "row_count",
+        "table",
+        "verified",
+    )
 
     def __init__(self) -> None:
         self.dataset: lance.LanceDataset | None = None  # the first handle: warm for queries
         self.verified = False
         self.row_count: int | None = None
         self.table: pa.Table | None = None
+        self.addresses: pa.ChunkedArray | None = None  # the row address of each row of table
         self.arrow_schema: pa.Schema | None = None
         self.memos: OrderedDict[Hashable, Any] = OrderedDict()
         self.nbytes = 0  # of ``table``, counted against VERSION_CACHE_BYTES
@@ -232,17 +243,19 @@ def _evict(keep: Hashable) -> None:
         _versions_bytes -= state.nbytes
 
 
-def _keep_table(key: Hashable, state: _VersionState, table: pa.Table) -> None:
-    """Keep ``table`` (the verified rows of a small manifest version) for later snapshots
-    of it."""
+def _keep_table(
+    key: Hashable, state: _VersionState, table: pa.Table, addresses: pa.ChunkedArray
+) -> None:
+    """Keep ``table`` (the verified rows of a small manifest version) and the row address
+    of each row for later snapshots of it."""
     global _versions_bytes
-    size = int(table.nbytes)
+    size = int(table.nbytes) + int(addresses.nbytes)
     if table.num_rows > SMALL_MANIFEST_ROWS or size > VERSION_CACHE_BYTES:
         return  # only small manifests are taken from memory (see ManifestSnapshot.verify)
     with _VERSIONS_LOCK:
         if state.table is not None:
             return
-        state.table, state.nbytes = table, size
+        state.table, state.addresses, state.nbytes = table, addresses, size
         if _VERSIONS.get(key) is state:
             _versions_bytes += size
             _evict(keep=key)
@@ -274,6 +287,7 @@ class ManifestSnapshot:
         if self._shared.dataset is None:
             self._shared.dataset = dataset
         self._table: pa.Table | None = None
+        self._addresses: pa.ChunkedArray | None = None  # row address of each row of _table
         self._counts: dict[int, int] | None = None
         self._tables: list[TableEntry] | None = None
         self._ns_index: dict[tuple[int, tuple[Any, ...]], str] | None = None
@@ -286,11 +300,15 @@ class ManifestSnapshot:
         occurs twice, see :meth:`check_unique`)."""
         if self._table is None:
             with self.reading():
-                rows = self.dataset.to_table()
+                rows = self.dataset.to_table(with_row_address=True)
+            # the addresses serve row-level commits (deletion vectors) without a re-read
+            addresses = rows.column(ROW_ADDRESS)
+            rows = rows.drop_columns([ROW_ADDRESS])
             self._table = self.check_unique(rows)
+            self._addresses = addresses
             self._verified = self._shared.verified = True
             self._shared.row_count = int(rows.num_rows)
-            _keep_table(self._key, self._shared, self._table)
+            _keep_table(self._key, self._shared, self._table, addresses)
         return self._table
 
     @property
@@ -363,7 +381,8 @@ class ManifestSnapshot:
             pass  # checked as it was read
         elif self.is_small():
             if reuse and shared.table is not None:
-                self._table = shared.table  # read (and checked) by this process already
+                # read (and checked) by this process already
+                self._table, self._addresses = shared.table, shared.addresses
             else:
                 _ = self.table  # checked as it is read
         elif not reuse:
@@ -517,6 +536,9 @@ class ManifestSnapshot:
         if self._table is not None and not with_address:
             rows = self._table.filter(where)
             return rows if columns is None else rows.select(columns)
+        if self._table is not None and self._addresses is not None:
+            rows = self._table.append_column(ROW_ADDRESS, self._addresses).filter(where)
+            return rows if columns is None else rows.select([*columns, ROW_ADDRESS])
         with self.reading("querying __manifest"):
             rows = self.dataset.to_table(
                 columns=columns, filter=where, with_row_address=with_address
@@ -652,7 +674,12 @@ class ManifestStore:
     def dataset(self, version: int | None = None) -> lance.LanceDataset:
         """The ``__manifest`` Lance dataset, latest or at ``version``."""
         try:
-            return lance.dataset(self.uri, version=version, storage_options=self.storage_options)
+            return lance.dataset(
+                self.uri,
+                version=version,
+                storage_options=self.storage_options,
+                session=storage.lance_session(),
+            )
         except (ValueError, OSError, FileNotFoundError) as first:
             error: BaseException = first
         if not storage.manifest_exists(self.uri, self.storage_options):
@@ -661,7 +688,11 @@ class ManifestStore:
             )
         if version is None:
             try:  # created between the failed open and the check: open it now
-                return lance.dataset(self.uri, storage_options=self.storage_options)
+                return lance.dataset(
+                    self.uri,
+                    storage_options=self.storage_options,
+                    session=storage.lance_session(),
+                )
             except (ValueError, OSError, FileNotFoundError) as again:
                 error = again
         if version is not None and "not found" in str(error).lower():
@@ -692,6 +723,7 @@ class ManifestStore:
                 schema=rows.schema,
                 mode="create",
                 storage_options=self.storage_options,
+                session=storage.lance_session(),
             )
             tx = Transaction(
                 read_version=0,

@@ -324,6 +324,41 @@ def clear_store_cache() -> None:
         _store_locks.clear()
 
 
+# The Lance session of writes and manifest opens (see lance_session); scans have their own.
+WRITE_SESSION_METADATA_BYTES = 64 * 1024 * 1024
+WRITE_SESSION_INDEX_BYTES = 64 * 1024 * 1024
+_lance_session: Any = None
+_lance_session_lock = threading.Lock()
+
+
+def lance_session() -> Any:
+    """The Lance session this process writes partition tables and opens ``__manifest`` with.
+
+    Without one, every Lance call builds its own object-store client (credentials, HTTP
+    client, connection pool) and reads again what it read before: a new partition table
+    cost twice the client CPU. Shared, one client per store serves every call, and the
+    manifests of versions opened or committed are kept (bounded in bytes) for the next open of
+    the same version (a version never changes)."""
+    global _lance_session
+    with _lance_session_lock:
+        if _lance_session is None:
+            from lance.lance import _Session  # what lance.Session is (not re-exported)
+
+            _lance_session = _Session(
+                index_cache_size_bytes=WRITE_SESSION_INDEX_BYTES,
+                metadata_cache_size_bytes=WRITE_SESSION_METADATA_BYTES,
+            )
+        return _lance_session
+
+
+def clear_lance_session() -> None:
+    """Drop the session of :func:`lance_session` (the next call makes a new one, with nothing
+    cached: benchmarks of cold operations, tests)."""
+    global _lance_session
+    with _lance_session_lock:
+        _lance_session = None
+
+
 def _open_store(url: str, options: dict[str, str]) -> Any:
     cfg = store_config(url, options)
     config = dict(cfg.config)

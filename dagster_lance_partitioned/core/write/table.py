@@ -58,7 +58,12 @@ class TableWriter:
         key = (uri, version)
         ds = self._datasets.get(key)
         if ds is None:
-            ds = lance.dataset(uri, version=version, storage_options=self.store.storage_options)
+            ds = lance.dataset(
+                uri,
+                version=version,
+                storage_options=self.store.storage_options,
+                session=storage.lance_session(),
+            )
             self._datasets[key] = ds
         return ds
 
@@ -95,6 +100,7 @@ class TableWriter:
                     mode="create" if pending.existing is None else "overwrite",
                     max_rows_per_file=MAX_ROWS_PER_FILE,
                     storage_options=self.store.storage_options,
+                    session=_session_for(target),
                 )
             )
 
@@ -125,6 +131,7 @@ class TableWriter:
             max_rows_per_file=MAX_ROWS_PER_FILE,
             data_storage_version=storage_version,
             storage_options=self.store.storage_options,
+            session=_session_for(table),
         )
 
     # -- versions -------------------------------------------------------------------------------
@@ -139,7 +146,12 @@ class TableWriter:
         if entry.read_version is not None:
             return int(entry.read_version)
         version: int | str | None = entry.read_tag
-        ds = lance.dataset(uri, version=version, storage_options=self.store.storage_options)
+        ds = lance.dataset(
+            uri,
+            version=version,
+            storage_options=self.store.storage_options,
+            session=storage.lance_session(),
+        )
         return ds.version
 
     def create(self, pending: PendingPartition, table: pa.Table) -> None:
@@ -151,6 +163,7 @@ class TableWriter:
             mode="create",
             max_rows_per_file=MAX_ROWS_PER_FILE,
             storage_options=self.store.storage_options,
+            session=storage.lance_session(),
         )
         pending.record_written(frag.metadata for frag in ds.get_fragments())
         pending.version = ds.version
@@ -186,7 +199,7 @@ class TableWriter:
         if base >= DETACHED_BIT:
             return base
         opts = self.store.storage_options
-        latest = lance.dataset(uri, storage_options=opts).version
+        latest = lance.dataset(uri, storage_options=opts, session=storage.lance_session()).version
         restored = lance.LanceDataset.commit(
             uri,
             LanceOperation.Restore(base),
@@ -297,7 +310,10 @@ class TableWriter:
         if pending.existing is None:
             assert pending.version is not None
             return lance.dataset(
-                self.uri(pending), version=pending.version, storage_options=opts
+                self.uri(pending),
+                version=pending.version,
+                storage_options=opts,
+                session=storage.lance_session(),
             ).to_table()
         only_ours = lance.LanceDataset.commit(
             self.uri(pending),
@@ -320,6 +336,7 @@ class TableWriter:
                 uri,
                 schema=self.write_schema,
                 storage_options=self.store.storage_options,
+                session=storage.lance_session(),
             )
             cached = self._relocations[(pending.key, oid)] = (location, ds.version)
         return cached
@@ -333,10 +350,17 @@ class TableWriter:
             schema=self.write_schema,
             mode="overwrite",
             storage_options=self.store.storage_options,
+            session=storage.lance_session(),
         )
         # appends re-lay these out for the target table if it needs another layout
         copy = PendingPartition(pending.key, target, pending.path, target.location, fragments=frags)
         return self.commit(copy, target, replace)
+
+
+def _session_for(target: str | lance.LanceDataset) -> Any:
+    """The session to write fragments of ``target`` with: the shared one for a URI; for an
+    open table, its own (Lance takes it from the handle)."""
+    return storage.lance_session() if isinstance(target, str) else None
 
 
 def for_each_table(
