@@ -43,10 +43,8 @@ run of this script: the machine is shared.
 
 import argparse
 import datetime as dt
-import importlib.metadata
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -65,6 +63,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from helpers.delay_proxy import KINDS, SERVERS, S3ProxyProcess
 from helpers.s3 import ACCESS_KEY, REGION, SECRET_KEY, storage_options
+from helpers.versions import installed_versions
 
 SYSTEMS = ("nothing", "lance", "delta")
 START = dt.date(2024, 1, 1)
@@ -236,21 +235,17 @@ def markdown(best: dict[str, dict[str, Any]], runs: dict[str, list[float]], days
 
 
 def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for dist in (
-        "dagster-lance-partitioned",
-        "pylance",
-        "dagster",
-        "dagster-deltalake",
-        "deltalake",
-        "moto",
-        "localbucket",
-    ):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
+    return installed_versions(
+        (
+            "dagster-lance-partitioned",
+            "pylance",
+            "dagster",
+            "dagster-deltalake",
+            "deltalake",
+            "moto",
+            "localbucket",
+        )
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

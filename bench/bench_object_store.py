@@ -89,11 +89,9 @@ import argparse
 import concurrent.futures
 import datetime as dt
 import functools
-import importlib.metadata
 import itertools
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -110,6 +108,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from helpers.delay_proxy import KINDS, SERVERS, S3ProxyProcess
 from helpers.s3 import ACCESS_KEY, REGION, SECRET_KEY, storage_options
+from helpers.versions import installed_versions
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 
@@ -593,21 +592,17 @@ def markdown(bench: Bench, systems: list[str]) -> str:
 
 
 def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for dist in (
-        "dagster-lance-partitioned",
-        "pylance",
-        "deltalake",
-        "pyiceberg",
-        "pyarrow",
-        "moto",
-        "localbucket",
-    ):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
+    return installed_versions(
+        (
+            "dagster-lance-partitioned",
+            "pylance",
+            "deltalake",
+            "pyiceberg",
+            "pyarrow",
+            "moto",
+            "localbucket",
+        )
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

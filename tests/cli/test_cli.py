@@ -19,10 +19,11 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from helpers.cli import run, run_json
 from helpers.data import SCHEMA, sample_table
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.cli import main, parse, parse_arrow_type
+from dagster_lance_partitioned.cli import parse, parse_arrow_type
 from dagster_lance_partitioned.core import arrow_json
 from dagster_lance_partitioned.core.manifest import base_manifest_schema
 from dagster_lance_partitioned.core.windows import TimeWindow
@@ -71,20 +72,6 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[PartitionedNamespac
 @pytest.fixture
 def ns(built: tuple[PartitionedNamespace, int, int]) -> PartitionedNamespace:
     return PartitionedNamespace.open(built[0].uri)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """Run ``main(argv)``; returns (exit code, stdout, stderr)."""
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
-    """Run ``main([*argv, "--json"])`` expecting success; returns the parsed stdout."""
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def kv_lines(out: str) -> dict[str, str]:

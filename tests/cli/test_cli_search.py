@@ -18,29 +18,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from helpers.cli import run, run_json
 from helpers.search import DIM, brute_force, index_map, make_ns, make_rows
 
 from dagster_lance_partitioned import PartitionedNamespace
-from dagster_lance_partitioned.cli import main
 
 ROWS = make_rows(3000)
 QUERY = np.random.default_rng(7).normal(size=DIM).astype(np.float32)
 MIN_ROWS = 200  # of the vector index: about half the partitions (50 to 500 rows) carry it
 BIN_DIR = Path(sys.executable).parent
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """Run ``main(argv)``; returns (exit code, stdout, stderr)."""
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
-    """Run ``main([*argv, "--json"])`` expecting success; returns the parsed stdout."""
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 def error_of(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
