@@ -469,17 +469,9 @@ class S3ProxyProcess:
 
     def client(self) -> Any:
         """A boto3 S3 client of the server itself (requests through it are not counted)."""
-        import boto3
+        from helpers.s3 import s3_client
 
-        from helpers.s3 import ACCESS_KEY, REGION, SECRET_KEY
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.server_endpoint,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            region_name=REGION,
-        )
+        return s3_client(self.server_endpoint)
 
     def create_bucket(self, name: str) -> str:
         """Create bucket ``name`` on the server directly (not counted); return its name."""

@@ -42,6 +42,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def s3_client(endpoint: str) -> Any:
+    """A boto3 S3 client of the test server at ``endpoint`` (with the test credentials)."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name=REGION,
+    )
+
+
 def storage_options(endpoint: str) -> dict[str, str]:
     """Lance storage options for the S3-compatible server at ``endpoint`` (path-style
     requests, the default of Lance's object_store when an endpoint is given)."""
@@ -64,15 +77,7 @@ class S3Server:
 
     def client(self) -> Any:
         """A boto3 S3 client of this server (for setting up and inspecting buckets)."""
-        import boto3
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            region_name=REGION,
-        )
+        return s3_client(self.endpoint)
 
     def create_bucket(self, name: str | None = None) -> str:
         """Create a bucket (a fresh random name by default); returns its name."""

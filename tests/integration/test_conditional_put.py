@@ -27,7 +27,6 @@ from helpers.s3 import (
     free_port,
     race_schema,
     run_writers,
-    s3_server,
     storage_options,
     strip_proxy,
 )
@@ -47,28 +46,10 @@ pytestmark = pytest.mark.object_store
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with s3_server() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
 def stripping(server: S3Server) -> Iterator[StripProxy]:
     """A proxy in front of moto that drops If-None-Match."""
     with strip_proxy(server.port) as proxy:
         yield proxy
-
-
-@pytest.fixture(scope="module")
-def counting(server: S3Server) -> Iterator[StripProxy]:
-    """A proxy in front of moto that forwards every request unchanged (and counts them)."""
-    with strip_proxy(server.port, strip=False) as proxy:
-        yield proxy
-
-
-@pytest.fixture
-def bucket(server: S3Server) -> str:
-    return server.create_bucket()
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,12 @@ import pyarrow as pa
 import pytest
 from helpers.azurite import Azurite, azurite, azurite_executable
 from helpers.data import SCHEMA, sample_table, sorted_rows
-from helpers.s3 import S3Server, StripProxy, free_port, s3_server, storage_options, strip_proxy
+from helpers.s3 import (
+    S3Server,
+    StripProxy,
+    free_port,
+    storage_options,
+)
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core import conditional_put, storage
@@ -34,24 +39,6 @@ FIELDS = [PartitionField.identity("country"), PartitionField.year("event_date")]
 
 
 # -- S3 (moto) ------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with s3_server() as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def counting(server: S3Server) -> Iterator[StripProxy]:
-    """A proxy in front of moto forwarding every request unchanged, counting them."""
-    with strip_proxy(server.port, strip=False) as proxy:
-        yield proxy
-
-
-@pytest.fixture
-def bucket(server: S3Server) -> str:
-    return server.create_bucket()
-
-
 def put(server: S3Server, bucket: str, files: dict[str, bytes]) -> None:
     client = server.client()
     for key, body in files.items():
