@@ -1,7 +1,8 @@
 """Core benchmark: partitioned write and single-partition read against plain Lance baselines.
 
 Run by hand:  .venv/bin/python bench/bench_core.py [--rows 5000000] [--repeat 3]
-Prints a Markdown table; results go to docs/benchmarks.md with the command that made them.
+Prints a Markdown table; results go to docs/explanation/benchmarks.md with the command that
+made them.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Compares, in the same run:
 * a monthly downstream asset loading 31 daily partitions against core ``to_table``.
 
 Run by hand:  .venv/bin/python bench/bench_io_manager.py [--repeat 3] [--days 365]
-Prints Markdown; results go to docs/benchmarks.md with the command that made them.
+Prints Markdown; results go to docs/explanation/benchmarks.md with the command that made them.
 """
 
 import argparse
@@ -188,7 +188,7 @@ def main() -> None:
         shutil.rmtree(last_root, ignore_errors=True) if last_root else None
         last_root = root
     stored = PartitionedNamespace.open(os.path.join(last_root, "flights"))
-    assert len(stored.partitions()) == 365
+    assert len(stored.inspect.partitions()) == 365
     assert stored.to_table().num_rows == FLIGHTS.num_rows
 
     single: dict[str, list[float]] = {"lance run": [], "handle_output": [], "nothing run": []}

@@ -9,8 +9,8 @@ table must read at its pin.
     python bench/bench_maintenance_race.py --store local --writers 4 --rounds 20
     python bench/bench_maintenance_race.py --store s3 --writers 4 --rounds 20
 
-Figures: docs/reliability.md. ``tests/integration/test_maintenance_race.py`` runs it (a short
-run by default, the full one with ``-m slow``)."""
+Figures: docs/explanation/reliability.md. ``tests/integration/test_maintenance_race.py`` runs it
+(a short run by default, the full one with ``-m slow``)."""
 
 from __future__ import annotations
 

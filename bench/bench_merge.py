@@ -128,7 +128,7 @@ def core_contenders(work: str, base: pa.Table) -> dict[str, Merge]:
         ns = PartitionedNamespace.create(root, schema=base.schema, partition_fields=FIELDS)
         ns.write(base)
         print(
-            f"namespace ({len(ns.partitions())} partitions) written in "
+            f"namespace ({len(ns.inspect.partitions())} partitions) written in "
             f"{time.perf_counter() - t0:.1f}s"
         )
 

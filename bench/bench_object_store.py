@@ -80,7 +80,7 @@ read shows what a long-lived process reading the same table sees.
 
 The operations run in the order above on the table the last ``write`` made (reads before the
 table is changed); at the end every table is checked to hold the expected rows (uncounted).
-Figures quoted in docs/benchmarks.md should come with the command line that made them.
+Figures quoted in docs/explanation/benchmarks.md should come with the command line that made them.
 """
 
 from __future__ import annotations

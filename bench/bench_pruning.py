@@ -1,7 +1,8 @@
 """Pruning benchmark: planning over large manifests, against listing Hive-style directories.
 
 Run by hand:  .venv/bin/python bench/bench_pruning.py [--sizes 1000,10000,100000]
-Prints a Markdown table; results go to docs/benchmarks.md with the command that made them.
+Prints a Markdown table; results go to docs/explanation/benchmarks.md with the command that
+made them.
 
 Planning needs only ``__manifest``, so the large manifests register partitions whose tables are
 not written (the read measurement uses a namespace with 10,000 real partition tables).

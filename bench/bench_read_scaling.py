@@ -9,7 +9,7 @@ read and the single dataset's full read, with the ratios.
 
     python bench/bench_read_scaling.py --sizes 1000,10000,100000 --workdir /tmp/dlp_read
 
-Results: docs/benchmarks.md ("Local disk: the read path")."""
+Results: docs/explanation/benchmarks.md ("Local disk: the read path")."""
 
 from __future__ import annotations
 

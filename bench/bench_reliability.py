@@ -4,21 +4,26 @@ Run by hand::
 
     .venv/bin/python bench/bench_reliability.py [--at COMMIT] [--trials 200] [--writers 4 8]
         [--writes 10] [--sections kill concurrency bad-input] [--json results.json] [--seed 1]
+        [--modes append overwrite_partitions tx_append tx_overwrite_partitions]
 
 ``--at COMMIT`` measures the package as committed there (``git archive`` into a scratch
 directory put first on PYTHONPATH for this process and every writer process), not the
-working tree.
+working tree (the ``tx_`` kill modes need a commit with ``ns.transaction()``; before it, pass
+``--modes append overwrite_partitions``).
 
-Prints Markdown tables (figures go to docs/reliability.md with the command that made them);
-``--json`` also writes every figure and per-trial record.
+Prints Markdown tables (figures go to docs/explanation/reliability.md with the command that made
+them); ``--json`` also writes every figure and per-trial record.
 ``tests/integration/test_reliability_slow.py`` runs the same functions with assertions
 (``pytest -m slow``).
 
 1. kill -9: a writer process makes one 50-partition write (40 existing partitions and 10 new
-   ones, ``append`` or ``overwrite_partitions``) into a namespace holding a known state; the
-   parent SIGKILLs it after a random delay. A fresh reader must then see exactly the old or
-   exactly the new state; ``vacuum(grace=0)`` removes what the killed write left behind and the
-   namespace must read identically afterwards, and accept a further write.
+   ones, ``append`` or ``overwrite_partitions``, plain or in a transaction that first adds a
+   column: ``tx_append``, ``tx_overwrite_partitions``) into a namespace holding a known state;
+   the parent SIGKILLs it after a random delay. A fresh reader must then see exactly the old or
+   exactly the new state, or, for a transaction killed between its two manifest commits, the
+   new column (null) with exactly the old rows and partitions ("changes only");
+   ``vacuum(grace=0)`` removes what the killed write left behind and the namespace must read
+   identically afterwards, and accept a further write.
 2. Concurrency: N writer processes x M writes each, into their own partitions, into one shared
    partition (appends), and overwriting one partition; every row accounted for.
 3. Bad inputs: each input is refused with an exception; the exception class is recorded and
@@ -102,9 +107,10 @@ SCHEMA = pa.schema(
     ]
 )
 FIELDS = [PartitionField.identity("part")]
+EXTRA = pa.field("extra", pa.int64())  # the column a transaction trial adds
 WAIT = 300.0  # seconds; upper bound for any one subprocess step
 
-Row = tuple[int, str, float, str]  # (id, part, value, tag), the order of SCHEMA
+Row = tuple  # (id, part, value, tag), the order of SCHEMA, then (extra,) once it was added
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,10 +123,16 @@ def make_rows(part: str, first_id: int, n: int, tag: str) -> list[Row]:
 
 
 def to_table(rows: Iterable[Row]) -> pa.Table:
-    """Rows as an Arrow table of ``SCHEMA``."""
+    """Rows as an Arrow table of ``SCHEMA`` (4-tuples) or ``SCHEMA`` + ``EXTRA`` (5-tuples)."""
     rows = list(rows)
-    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in SCHEMA]
-    return pa.table({f.name: pa.array(c, f.type) for f, c in zip(SCHEMA, cols, strict=True)})
+    fields = [*SCHEMA, EXTRA] if rows and len(rows[0]) == len(SCHEMA) + 1 else list(SCHEMA)
+    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in fields]
+    return pa.table({f.name: pa.array(c, f.type) for f, c in zip(fields, cols, strict=True)})
+
+
+def with_extra(rows: Iterable[Row], value: Callable[[Row], int | None]) -> list[Row]:
+    """``rows`` with an ``extra`` value appended to each (``value(row)``)."""
+    return [(*r[: len(SCHEMA)], value(r)) for r in rows]
 
 
 def apply_write(state: Sequence[Row], data: Sequence[Row], mode: str) -> list[Row]:
@@ -137,11 +149,13 @@ def apply_write(state: Sequence[Row], data: Sequence[Row], mode: str) -> list[Ro
 
 @dataclass(frozen=True)
 class State:
-    """What a fresh reader sees: manifest version, registered tables, rows sorted by id."""
+    """What a fresh reader sees: manifest version, registered tables, rows sorted by id (the
+    ``SCHEMA`` columns, then ``extra`` when the namespace has it)."""
 
     version: int
     partitions: tuple[tuple, ...]
     rows: tuple[Row, ...]
+    columns: tuple[str, ...] = tuple(SCHEMA.names)
 
 
 def read_state(uri: str, version: int | None = None) -> State:
@@ -150,12 +164,13 @@ def read_state(uri: str, version: int | None = None) -> State:
     parts = tuple(
         sorted(
             (p["object_id"], p["location"], p["values"]["part"], p["read_version"])
-            for p in ns.partitions()
+            for p in ns.inspect.partitions()
         )
     )
     t = ns.to_table()
-    rows = sorted(zip(*(t[f.name].to_pylist() for f in SCHEMA), strict=True))
-    return State(ns.version, parts, tuple(rows))
+    columns = tuple(SCHEMA.names) + ((EXTRA.name,) if EXTRA.name in ns.schema.names else ())
+    rows = sorted(zip(*(t[name].to_pylist() for name in columns), strict=True))
+    return State(ns.version, parts, tuple(rows), columns)
 
 
 def by_partition(rows: Iterable[Row]) -> dict[str, set[Row]]:
@@ -218,14 +233,50 @@ def _count_manifest_retries() -> list[int]:
 def _child_kill(cfg: dict) -> None:
     """One write; prints ``ready``, waits for ``go`` on stdin, prints ``tables <t>`` once every
     partition table is written and ``committed <version> <t>`` when the write returned, then
-    blocks until killed (or stdin closes)."""
+    blocks until killed (or stdin closes).
+
+    A ``tx_<mode>`` write is ``with ns.transaction() as tx: tx.add_columns(EXTRA);
+    tx.write(rows, mode=<mode>)``; it also prints ``changes <t>`` once its first manifest
+    commit (the new column, no data) returned, before the data's commit."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from helpers.faults import CommitHooks  # the moment between the table and manifest commits
+
+    class RootHooks(CommitHooks):
+        """Hooks matched by root: a transaction's write commits through a
+        ``ChangesFirstStore`` wrapping the namespace's store, not through that store."""
+
+        def hook_of(self, store: object) -> Any:
+            root = getattr(store, "root", None)
+            return next((h for s, h in self._hooks if getattr(s, "root", None) == root), None)
+
+    if cfg["mode"].startswith("tx_"):  # (imported here: --at a commit before transactions)
+        from dagster_lance_partitioned.core.changes import ChangesFirstStore
+
+        commit_changes = ChangesFirstStore.commit_changes
+
+        def reported_commit_changes(store: ChangesFirstStore) -> Any:
+            first = store.made is None
+            made = commit_changes(store)
+            if first:
+                print(f"changes {time.time()}", flush=True)
+            return made
+
+        ChangesFirstStore.commit_changes = reported_commit_changes  # type: ignore[method-assign]
+
     ns = PartitionedNamespace.open(cfg["uri"])
     table = to_table(tuple(r) for r in cfg["rows"])
-    ns._before_commit = lambda pending: print(f"tables {time.time()}", flush=True)
+    RootHooks.install()(ns, lambda pending: print(f"tables {time.time()}", flush=True))
+    mode = cfg["mode"].removeprefix("tx_")
     print("ready", flush=True)
     sys.stdin.readline()
-    result = ns.write(table, mode=cfg["mode"])
-    print(f"committed {result.manifest_version} {time.time()}", flush=True)
+    if cfg["mode"].startswith("tx_"):
+        with ns.transaction() as tx:
+            tx.add_columns(EXTRA)
+            tx.write(table, mode=mode)
+        version = tx.result.manifest_version
+    else:
+        version = ns.write(table, mode=mode).manifest_version
+    print(f"committed {version} {time.time()}", flush=True)
     sys.stdin.read()
 
 
@@ -287,7 +338,10 @@ def _readline(proc: subprocess.Popen, timeout: float) -> str:
 # 1. kill -9 trials
 
 KILL_EXISTING, KILL_NEW, KILL_ROWS = 40, 10, 20  # partitions kept / created by the write; rows
-CALIBRATION_RUNS = 6
+CALIBRATION_RUNS = 3  # uninterrupted writes per mode, to time it
+# plain writes, and the same writes in a transaction that first adds the column EXTRA
+KILL_MODES = ("append", "overwrite_partitions", "tx_append", "tx_overwrite_partitions")
+OUTCOMES = ("old", "changes only", "new", "MIXED", "ERROR")
 
 
 @dataclass
@@ -301,6 +355,7 @@ class KillTrial:
     delay: float
     phase: str
     outcome: str = ""
+    versions_added: int = 0
     rows_lost: int = 0
     orphan_dirs: int = 0
     uncommitted_versions: int = 0
@@ -330,6 +385,8 @@ class KillReport:
     outcomes: dict[str, int]
     phases: dict[str, dict[str, int]]
     buckets: dict[str, dict[str, int]]
+    modes: dict[str, dict[str, int]]  # outcomes per mode, plus "rows lost" and "follow-up ok"
+    timings_ms: dict[str, dict[str, float]]  # per mode: medians of "tables", "write"
     mixed: int
     errors: int
     rows_lost: int
@@ -349,7 +406,8 @@ class KillReport:
 
 
 def _kill_data(mode: str) -> tuple[list[Row], list[Row]]:
-    """(old state, the write's rows): 40 partitions in the old state, 50 written."""
+    """(old state, the write's rows): 40 partitions in the old state, 50 written; a
+    transaction's rows carry ``extra`` (their id times 3, never null)."""
     old = [
         r for p in range(KILL_EXISTING) for r in make_rows(f"p{p:02d}", p * 1000, KILL_ROWS, "old")
     ]
@@ -358,7 +416,18 @@ def _kill_data(mode: str) -> tuple[list[Row], list[Row]]:
         for p in range(KILL_EXISTING + KILL_NEW)
         for r in make_rows(f"p{p:02d}", 100_000 + p * 1000, KILL_ROWS, mode)
     ]
+    if mode.startswith("tx_"):
+        new = with_extra(new, lambda r: r[0] * 3)
     return sorted(old), new
+
+
+def _expected(mode: str, old: list[Row], data: list[Row]) -> tuple[list[Row] | None, list[Row]]:
+    """(the rows a transaction's first commit leaves: ``old`` with ``extra`` null, or None
+    for a plain write; the rows after the whole write)."""
+    if not mode.startswith("tx_"):
+        return None, apply_write(old, data, mode)
+    base = with_extra(old, lambda r: None)
+    return base, apply_write(base, data, mode.removeprefix("tx_"))
 
 
 def _read_until(proc: subprocess.Popen, word: str, workdir: Path) -> list[str]:
@@ -412,43 +481,67 @@ def _run_writer_once(
                 stream.close()
 
 
+PHASES = (
+    "writing tables",
+    "tables written, write not returned",
+    "changes committed, write not returned",  # a transaction's first commit returned
+    "after the write returned",
+)
+
+
 def _phase(out: list[str]) -> str:
     if "committed" in out:
-        return "after the write returned"
+        return PHASES[3]
+    if "changes" in out:
+        return PHASES[2]
     if "tables" in out:
-        return "tables written, write not returned"
-    return "writing tables"
+        return PHASES[1]
+    return PHASES[0]
 
 
-def _calibrate(workdir: Path, template: str, runs: int) -> tuple[float, float]:
-    """Median seconds from go to 'every table written' and to 'write returned' (uninterrupted
-    writes, each checked to produce the new state)."""
-    tables, done = [], []
-    for i in range(runs):
-        mode = ("append", "overwrite_partitions")[i % 2]
-        uri = str(workdir / "calibrate")
-        shutil.rmtree(uri, ignore_errors=True)
-        shutil.copytree(template, uri)
-        old, data = _kill_data(mode)
-        lines, t_go = _run_writer_once(workdir, uri, mode, data, None)
-        stamps = {ln.split()[0]: float(ln.split()[-1]) for ln in lines}
-        tables.append(stamps["tables"] - t_go)
-        done.append(stamps["committed"] - t_go)
-        if list(read_state(uri).rows) != apply_write(old, data, mode):
-            raise AssertionError(f"an uninterrupted {mode} did not produce the new state")
-    shutil.rmtree(workdir / "calibrate", ignore_errors=True)
-    return statistics.median(tables), statistics.median(done)
+def _calibrate(
+    workdir: Path, template: str, modes: Sequence[str], runs: int
+) -> dict[str, tuple[float, float]]:
+    """Per mode, median seconds from go to 'every table written' and to 'write returned'
+    (``runs`` uninterrupted writes, each checked to produce the new state)."""
+    tables: dict[str, list[float]] = {m: [] for m in modes}
+    done: dict[str, list[float]] = {m: [] for m in modes}
+    uri = str(workdir / "calibrate")
+    for _ in range(runs):
+        for mode in modes:
+            shutil.rmtree(uri, ignore_errors=True)
+            shutil.copytree(template, uri)
+            old, data = _kill_data(mode)
+            lines, t_go = _run_writer_once(workdir, uri, mode, data, None)
+            stamps = {ln.split()[0]: float(ln.split()[-1]) for ln in lines}
+            if "tables" not in stamps or (mode.startswith("tx_") and "changes" not in stamps):
+                raise AssertionError(f"the {mode} writer did not report its commits: {lines}")
+            tables[mode].append(stamps["tables"] - t_go)
+            done[mode].append(stamps["committed"] - t_go)
+            if list(read_state(uri).rows) != _expected(mode, old, data)[1]:
+                raise AssertionError(f"an uninterrupted {mode} did not produce the new state")
+    shutil.rmtree(uri, ignore_errors=True)
+    return {m: (statistics.median(tables[m]), statistics.median(done[m])) for m in modes}
 
 
 def run_kill_trials(
-    trials: int, workdir: Path, seed: int = 1, log: Callable[[str], None] | None = None
+    trials: int,
+    workdir: Path,
+    seed: int = 1,
+    log: Callable[[str], None] | None = None,
+    modes: Sequence[str] = KILL_MODES,
 ) -> KillReport:
-    """``trials`` SIGKILLed 50-partition writes, each on a fresh copy of the same old state.
+    """``trials`` SIGKILLed 50-partition writes, each on a fresh copy of the same old state;
+    the trials cycle through ``modes`` (see ``KILL_MODES``).
 
-    Half the kills come after a delay uniform over [0, 1.2 x the median write duration] from
-    go; the other half once the writer reported every table written (it is then about to
-    commit the manifest), after a delay uniform over [0, 2 x the median time from there to
-    the write returning], so that kills land around the manifest commit."""
+    Half the kills of each mode come after a delay uniform over [0, 1.2 x the mode's median
+    write duration] from go; the other half once the writer reported every table written (it
+    is then about to commit the manifest), after a delay uniform over [0, 2 x the mode's
+    median time from there to the write returning], so that kills land around the manifest
+    commit(s)."""
+    unknown = sorted(set(modes) - set(KILL_MODES))
+    if unknown or not modes:
+        raise ValueError(f"kill modes {unknown or modes!r}: use some of {KILL_MODES}")
     rng = random.Random(seed)
     workdir.mkdir(parents=True, exist_ok=True)
     template = str(workdir / "template")
@@ -456,17 +549,18 @@ def run_kill_trials(
     old, _ = _kill_data("append")
     new_namespace(template, old)
     old_state = read_state(template)
-    t_tables, t_done = _calibrate(workdir, template, CALIBRATION_RUNS)
-    t_commit = max(t_done - t_tables, 0.001)
+    timings = _calibrate(workdir, template, modes, CALIBRATION_RUNS)
     started = time.perf_counter()
     records = []
     uri = str(workdir / "trial")
     for trial in range(trials):
-        mode = ("append", "overwrite_partitions")[trial % 2]
+        mode = modes[trial % len(modes)]
         _, data = _kill_data(mode)
-        new_rows = apply_write(old, data, mode)
-        after_tables = trial % 4 >= 2
+        changes_only, new_rows = _expected(mode, old, data)
+        t_tables, t_done = timings[mode]
+        after_tables = (trial // len(modes)) % 2 == 1
         if after_tables:
+            t_commit = max(t_done - t_tables, 0.001)
             bucket, delay = "after tables written", rng.uniform(0, 2 * t_commit)
         else:
             bucket, delay = "uniform from go", rng.uniform(0, 1.2 * t_done)
@@ -474,21 +568,51 @@ def run_kill_trials(
         shutil.copytree(template, uri)
         out, _ = _run_writer_once(workdir, uri, mode, data, delay, after_tables)
         rec = KillTrial(trial, mode, bucket, delay, _phase(out))
-        _inspect_trial(rec, uri, old_state, old, new_rows)
+        _inspect_trial(rec, uri, old_state, old, new_rows, changes_only)
         records.append(rec)
         if log and (trial + 1) % 20 == 0:
             log(f"  {trial + 1}/{trials} kill trials, {time.perf_counter() - started:.0f} s")
     wall = time.perf_counter() - started
     shutil.rmtree(uri, ignore_errors=True)
-    return _kill_report(records, seed, t_tables, t_done, wall)
+    return _kill_report(records, seed, timings, wall)
 
 
 def _has_files(path: str) -> bool:
     return any(names for _dir, _dirs, names in os.walk(path))
 
 
+def _classify(
+    state: State,
+    old_state: State,
+    new: list[Row],
+    changes_only: list[Row] | None,
+) -> str:
+    """old / changes only (a transaction's schema change without its data) / new / MIXED."""
+    if (state.columns, state.rows, state.partitions) == (
+        old_state.columns,
+        old_state.rows,
+        old_state.partitions,
+    ):
+        return "old"
+    if list(state.rows) == new:
+        return "new"
+    if (
+        changes_only is not None
+        and EXTRA.name in state.columns
+        and list(state.rows) == changes_only
+        and state.partitions == old_state.partitions
+    ):
+        return "changes only"
+    return "MIXED"
+
+
 def _inspect_trial(
-    rec: KillTrial, uri: str, old_state: State, old: list[Row], new: list[Row]
+    rec: KillTrial,
+    uri: str,
+    old_state: State,
+    old: list[Row],
+    new: list[Row],
+    changes_only: list[Row] | None = None,
 ) -> None:
     """Classify what a fresh reader sees after a kill; vacuum; check the namespace again."""
     try:
@@ -496,19 +620,19 @@ def _inspect_trial(
     except Exception as e:
         rec.outcome, rec.detail = "ERROR", f"read: {type(e).__name__}: {clean_message(e)[:200]}"
         return
-    if state.rows == old_state.rows and state.partitions == old_state.partitions:
-        rec.outcome = "old"
-    elif list(state.rows) == new:
-        rec.outcome = "new"
-    else:
-        rec.outcome = "MIXED"
-        rec.detail = f"version {state.version}, {len(state.rows)} rows"
-    rec.rows_lost = rows_lost(old, new, state.rows)
+    rec.outcome = _classify(state, old_state, new, changes_only)
+    rec.versions_added = state.version - old_state.version
+    if rec.outcome == "MIXED":
+        rec.detail = f"version {state.version}, columns {state.columns}, {len(state.rows)} rows"
+    width = len(SCHEMA)  # rows are lost or not whatever the extra column holds
+    rec.rows_lost = rows_lost(
+        [r[:width] for r in old], [r[:width] for r in new], [r[:width] for r in state.rows]
+    )
     try:
         ns = PartitionedNamespace.open(uri)
         rec.orphan_dirs = len(find_orphans(ns))
         rec.uncommitted_versions = sum(len(u.versions) for u in check_read_versions(ns, None)[1])
-        vac = ns.vacuum(grace=dt.timedelta(0))
+        vac = ns.maintenance.vacuum(grace=dt.timedelta(0))
         rec.vacuum_orphans_removed = len(vac.orphans_removed)
         rec.vacuum_orphans_kept = len(vac.orphans_kept)
         rec.vacuum_kept_without_files = sum(
@@ -517,7 +641,8 @@ def _inspect_trial(
         rec.vacuum_files_removed = vac.files_removed
         rec.vacuum_bytes_removed = vac.bytes_removed
         after = read_state(uri)  # the manifest version moves (vacuum announces its deletions)
-        rec.unchanged_after_vacuum = (after.partitions, after.rows) == (
+        rec.unchanged_after_vacuum = (after.columns, after.partitions, after.rows) == (
+            state.columns,
             state.partitions,
             state.rows,
         )
@@ -527,6 +652,8 @@ def _inspect_trial(
         rec.version_issues_after_vacuum = len(issues)
         rec.uncommitted_versions_after_vacuum = sum(len(u.versions) for u in uncommitted)
         extra = [*make_rows("p00", 900_000, 3, "after"), *make_rows("p77", 910_000, 3, "after")]
+        if EXTRA.name in state.columns:  # the follow-up rows fit the schema the kill left
+            extra = with_extra(extra, lambda r: -r[0])
         ns.write(to_table(extra), mode="append")
         rec.follow_up_ok = list(read_state(uri).rows) == apply_write(state.rows, extra, "append")
     except Exception as e:
@@ -534,14 +661,25 @@ def _inspect_trial(
 
 
 def _kill_report(
-    records: list[KillTrial], seed: int, t_tables: float, t_done: float, wall: float
+    records: list[KillTrial],
+    seed: int,
+    timings: dict[str, tuple[float, float]],
+    wall: float,
 ) -> KillReport:
     phases: dict[str, Counter] = {}
     buckets: dict[str, Counter] = {}
+    modes: dict[str, Counter] = {m: Counter() for m in timings}
     for r in records:
         phases.setdefault(r.phase, Counter())[r.outcome] += 1
         buckets.setdefault(r.bucket, Counter())[r.outcome] += 1
+        per_mode = modes.setdefault(r.mode, Counter())
+        per_mode[r.outcome] += 1
+        per_mode["trials"] += 1
+        per_mode["rows lost"] += r.rows_lost
+        per_mode["follow-up ok"] += int(r.follow_up_ok)
     outcomes = Counter(r.outcome for r in records)
+    t_tables = statistics.median(t for t, _ in timings.values())
+    t_done = statistics.median(d for _, d in timings.values())
 
     def total(name: str) -> int:
         return sum(int(getattr(r, name)) for r in records)
@@ -556,6 +694,8 @@ def _kill_report(
         outcomes=dict(outcomes),
         phases={k: dict(v) for k, v in phases.items()},
         buckets={k: dict(v) for k, v in buckets.items()},
+        modes={k: dict(v) for k, v in modes.items()},
+        timings_ms={m: {"tables": t * 1000, "write": d * 1000} for m, (t, d) in timings.items()},
         mixed=outcomes["MIXED"],
         errors=outcomes["ERROR"],
         rows_lost=total("rows_lost"),
@@ -578,19 +718,37 @@ def _kill_report(
 def kill_markdown(rep: KillReport) -> str:
     """The kill -9 figures as Markdown tables."""
     n = rep.trials
+    timing = "; ".join(
+        f"{m}: {t['write']:.0f} ms, every table written after {t['tables']:.0f} ms"
+        for m, t in rep.timings_ms.items()
+    )
+    has_tx = any(m.startswith("tx_") for m in rep.modes)
     lines = [
         f"Each trial: a writer process makes one {KILL_EXISTING + KILL_NEW}-partition write "
-        f"({KILL_EXISTING} existing partitions, {KILL_NEW} new, {KILL_ROWS} rows each; append "
-        f"and overwrite_partitions alternate) and is SIGKILLed. Uninterrupted, the write "
-        f"returns {rep.write_ms_median:.0f} ms after go (median), every table is written after "
-        f"{rep.tables_written_ms_median:.0f} ms, the manifest commit takes the remaining "
-        f"{rep.commit_ms_median:.0f} ms.",
+        f"({KILL_EXISTING} existing partitions, {KILL_NEW} new, {KILL_ROWS} rows each; the "
+        f"modes {', '.join(rep.modes)} take turns) and is SIGKILLed."
+        + (
+            f" A `tx_` mode is `with ns.transaction() as tx: tx.add_columns(pa.field("
+            f'"{EXTRA.name}", pa.int64())); tx.write(rows, mode=...)`, the rows carrying '
+            f"non-null `{EXTRA.name}` values: two manifest commits, the new column and then "
+            "the data."
+            if has_tx
+            else ""
+        )
+        + f" Uninterrupted, the write returns (median, from go) after {timing}.",
         "",
         "| figure | value |",
         "|---|---|",
         f"| trials | {n} |",
         f"| killed before the manifest commit: reader sees exactly the old state "
         f"| {rep.outcomes.get('old', 0)} |",
+    ]
+    if has_tx:
+        lines.append(
+            "| transaction killed between its two commits: reader sees the new column (null) "
+            f"and exactly the old rows and partitions | {rep.outcomes.get('changes only', 0)} |"
+        )
+    lines += [
         f"| killed after the manifest commit: reader sees exactly the new state "
         f"| {rep.outcomes.get('new', 0)} |",
         f"| MIXED states (neither) | {rep.mixed} |",
@@ -613,16 +771,28 @@ def kill_markdown(rep: KillReport) -> str:
         f"| next append after vacuum exact | {rep.follow_up_ok}/{n} |",
         f"| wall time | {rep.wall_seconds:.0f} s ({rep.wall_seconds / max(n, 1):.2f} s/trial) |",
         "",
-        "| kill | old state | new state | MIXED | unreadable |",
-        "|---|---|---|---|---|",
+        "| mode | trials | old state | changes only | new state | MIXED | unreadable "
+        "| rows lost | next append exact |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    order = ["writing tables", "tables written, write not returned", "after the write returned"]
-    rows = [(f"writer was {p}", rep.phases.get(p, {})) for p in order]
+    for m, t in rep.modes.items():
+        changes = t.get("changes only", 0) if m.startswith("tx_") else "–"
+        lines.append(
+            f"| {m} | {t.get('trials', 0)} | {t.get('old', 0)} | {changes} | {t.get('new', 0)} "
+            f"| {t.get('MIXED', 0)} | {t.get('ERROR', 0)} | {t.get('rows lost', 0)} "
+            f"| {t.get('follow-up ok', 0)}/{t.get('trials', 0)} |"
+        )
+    lines += [
+        "",
+        "| kill | old state | changes only | new state | MIXED | unreadable |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows = [(f"writer was {p}", rep.phases[p]) for p in PHASES if p in rep.phases]
     rows += [(f"delay {b}", t) for b, t in sorted(rep.buckets.items())]
     for label, t in rows:
         lines.append(
-            f"| {label} | {t.get('old', 0)} | {t.get('new', 0)} | {t.get('MIXED', 0)} "
-            f"| {t.get('ERROR', 0)} |"
+            f"| {label} | {t.get('old', 0)} | {t.get('changes only', 0)} | {t.get('new', 0)} "
+            f"| {t.get('MIXED', 0)} | {t.get('ERROR', 0)} |"
         )
     bad = [r for r in rep.records if r.outcome in ("MIXED", "ERROR") or r.detail]
     for r in bad[:10]:
@@ -897,7 +1067,7 @@ def _delete_manifest_data(ctx: BadInputContext) -> None:
 def _point_outside(ctx: BadInputContext, absolute: bool) -> None:
     """Re-register partition p00 at a copy of its table outside the root."""
     ns = ctx.ns
-    entry = next(p for p in ns.partitions() if p["values"]["part"] == "p00")
+    entry = next(p for p in ns.inspect.partitions() if p["values"]["part"] == "p00")
     target = os.path.join(ctx.outside, "stolen.lance")
     shutil.copytree(os.path.join(ctx.uri, entry["location"]), target)
     location = target if absolute else os.path.relpath(target, ctx.uri)
@@ -908,8 +1078,8 @@ def _point_outside(ctx: BadInputContext, absolute: bool) -> None:
 
 def _vacuum_and_cleanup(ctx: BadInputContext) -> None:
     ns = ctx.ns
-    ns.vacuum(grace=dt.timedelta(0))
-    ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+    ns.maintenance.vacuum(grace=dt.timedelta(0))
+    ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
 
 
 def _field_id(ctx: BadInputContext) -> str:
@@ -973,7 +1143,7 @@ BAD_INPUTS: list[Case] = [
     (
         "filter with LIMIT (drop_partitions)",
         None,
-        lambda c: c.ns.drop_partitions("part = 'p00' LIMIT 1"),
+        lambda c: c.ns.maintenance.drop_partitions("part = 'p00' LIMIT 1"),
     ),
     (
         "dropped column written (tag)",
@@ -1116,6 +1286,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--at", metavar="COMMIT", help="measure the package as committed at COMMIT")
     ap.add_argument("--trials", type=int, default=200, help="kill -9 trials")
+    ap.add_argument(
+        "--modes",
+        nargs="+",
+        default=list(KILL_MODES),
+        choices=KILL_MODES,
+        help="kill -9 write modes, taking turns (tx_*: in a transaction adding a column)",
+    )
     ap.add_argument("--writers", type=int, nargs="+", default=[4, 8], help="writer processes")
     ap.add_argument("--writes", type=int, default=10, help="writes per writer process")
     ap.add_argument(
@@ -1151,7 +1328,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             def log(msg: str) -> None:
                 print(msg, file=sys.stderr, flush=True)
 
-            rep = run_kill_trials(args.trials, scratch / "kill", args.seed, log)
+            rep = run_kill_trials(args.trials, scratch / "kill", args.seed, log, args.modes)
             print(
                 f"## kill -9 during a write ({args.trials} trials)\n\n{kill_markdown(rep)}\n",
                 flush=True,

@@ -26,7 +26,8 @@ partitions of Zipf-distributed sizes (s = 0.7); 50 queries of 1-3 mid-frequency 
 same rows: rows shared, and rows shared counting ties (a row of ours whose score in the single
 dataset equals the single dataset's 10th score is a valid top-10 answer).
 
-Run by hand (progress on stderr, Markdown tables on stdout; results in docs/benchmarks.md,
+Run by hand (progress on stderr, Markdown tables on stdout; results in
+docs/explanation/benchmarks.md,
 "Search across partitions (issue 22)"):
 
     .venv/bin/python bench/bench_search.py                 # the full run, ~10 min on 2 cores

@@ -360,7 +360,7 @@ def main() -> None:
     monthly = PartitionedNamespace.open(os.path.join(root, "monthly_carrier_delays"))
     plan = flights.plan_scan(JFK_JAN_2)
     print(
-        f"flights: {flights.count_rows():,} rows in {len(flights.partitions())} partition "
+        f"flights: {flights.count_rows():,} rows in {len(flights.inspect.partitions())} partition "
         f"tables; JFK on 2013-01-02 reads {len(plan.tasks)} of {plan.total_partitions}"
     )
     top = monthly.to_table().sort_by([("flights", "descending")]).slice(0, 5).to_pylist()

@@ -15,7 +15,7 @@ assets stored in Lance partitioned namespaces, computed with PySpark.
 - ``defs/lake/defs.yaml``: the ``LancePartitionedComponent`` declares that these assets are
   stored under ``DLP_ROOT`` with the IO manager, their asset checks (schema and integrity
   blocking), the external-change and schema sensors and the nightly maintenance job (every
-  sensor and schedule starts stopped: the README says how to start them).
+  sensor and schedule starts stopped: docs/tutorial/example-pipeline.md says how to start them).
 - ``defs/spark.py``: the Spark session (``DLP_SPARK_MASTER``, default ``local[*]``);
   ``defs/schedules.py``: the daily flights and hourly weather schedules.
 - ``definitions.py``: everything under ``defs/``, as ``dg dev`` and ``dagster dev -w

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs everything into .venv, then runs the linter, the type checker and the whole test suite.
+# Installs everything into .venv, then runs the linter, the type checker, the documentation build
+# (mkdocs, strict: broken links and docstring errors fail it) and the whole test suite.
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 # Azurite (Azure Storage emulator, npm) for the az:// tests, which skip without it
 AZURITE_VERSION=3.37.0
@@ -15,4 +16,8 @@ fi
 ruff check .
 ruff format --check .
 mypy
-python -m pytest -q "$@"
+SITE="$(mktemp -d)"  # the documentation site is built into a scratch directory, not the repository
+mkdocs build --strict --quiet --site-dir "$SITE"
+rm -rf "$SITE"
+# every tier but the slow soak loops (this -m overrides the fast tier of pyproject's addopts)
+python -m pytest -q -m 'not slow' "$@"

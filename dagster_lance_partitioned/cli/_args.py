@@ -15,6 +15,7 @@ import pyarrow as pa
 from ..core.errors import NamespaceNotFoundError, NotAPartitionedNamespaceError
 from ..core.namespace import PartitionedNamespace
 from ._output import PROG, error_text
+from ._walk import namespaces_below
 from .errors import CliError
 
 DEFAULT_MAX_WIDTH = 80
@@ -184,8 +185,6 @@ def open_ns(args: argparse.Namespace, opts: Options) -> PartitionedNamespace:
             args.uri, storage_options=opts.storage_options, version=opts.version
         )
     except (NamespaceNotFoundError, NotAPartitionedNamespaceError) as e:
-        from .inspect import namespaces_below  # the ls walk (inspect imports this module)
-
         found = namespaces_below(args.uri, opts.storage_options, HINT_NAMESPACES + 1)
         if not found:
             raise

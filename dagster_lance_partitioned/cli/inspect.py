@@ -5,23 +5,27 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, TextIO, cast
 
 import pyarrow as pa
 
 from ..core import history, storage
+from ..core.commit_summary import (
+    PROP_DAGSTER_ASSET_KEY,
+    PROP_DAGSTER_RUN_ID,
+    PROP_SOURCE,
+    CommitSummary,
+    Operation,
+)
 from ..core.errors import (
-    NotAPartitionedNamespaceError,
     PartitionedNamespaceError,
     is_storage_failure,
 )
 from ..core.health import parallel_map
 from ..core.manifest import (
-    CREATE_OPERATION,
     LEGACY_WRITER_FLAG_BIT,
     WRITER_FLAG_BIT,
     WRITER_FLAG_KEY,
@@ -33,11 +37,10 @@ from ..core.planning import ScanTask
 from ..core.scan import open_table
 from ._args import AddCommand, Options, column_list, non_negative_int, open_ns
 from ._fields import field_summary, resolve_filter, source_labels, spec_doc, transform_text
-from ._output import Text, error_text, is_numeric, plural, size_text, to_json_value, write_json
-from .errors import CliError
+from ._output import Text, is_numeric, plural, size_text, to_json_value, write_json
+from ._walk import DEFAULT_LS_DEPTH, find_namespaces
 
 DEFAULT_HISTORY = 20
-DEFAULT_LS_DEPTH = 6
 
 
 def register(add: AddCommand) -> None:
@@ -100,7 +103,7 @@ def register(add: AddCommand) -> None:
 
 
 # -- info / specs -----------------------------------------------------------------------------
-# what the bits of the writer feature flags mean (docs/format.md, "Writer feature flag")
+# what the bits of the writer feature flags mean (docs/reference/format.md, "Writer feature flag")
 _OUR_BIT = WRITER_FLAG_BIT.bit_length() - 1  # 62
 _LEGACY_BIT = LEGACY_WRITER_FLAG_BIT.bit_length() - 1  # 1
 
@@ -373,7 +376,7 @@ def _cmd_explain(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
     """``explain URI --filter SQL``."""
     ns = open_ns(args, opts)
     flt = resolve_filter(ns, args.filter)
-    result = ns.explain(flt.row_filter())
+    result = ns.plan_scan(flt.row_filter())
     if opts.json:
         doc = result.to_dict()
         if flt.fields:
@@ -455,9 +458,9 @@ class _Version:
             "through_version": self.through or self.version,
             "time": self.time,
             "operation": self.operation,
-            "source": props.get("source"),
-            "dagster_run_id": props.get("dagster.run_id"),
-            "dagster_asset_key": props.get("dagster.asset_key"),
+            "source": props.get(PROP_SOURCE),
+            "dagster_run_id": props.get(PROP_DAGSTER_RUN_ID),
+            "dagster_asset_key": props.get(PROP_DAGSTER_ASSET_KEY),
             "partitions_touched": None if self.changes is None else len(self.changes),
             "changes": None
             if self.changes is None
@@ -481,8 +484,9 @@ _LANCE_OPERATIONS = {"UpdateConfig": "update metadata"}
 
 def _operation(store: ManifestStore, version: int, props: dict[str, str] | None) -> str | None:
     """The operation this package recorded, else the Lance operation of the commit."""
-    if props and props.get("operation"):
-        return props["operation"]
+    recorded = CommitSummary.from_properties(props).operation if props else None
+    if recorded:
+        return str(recorded)
     try:
         tx = store.dataset(version).read_transaction(version)
     except (OSError, ValueError, PartitionedNamespaceError):
@@ -529,13 +533,13 @@ def _versions(ns: PartitionedNamespace, opts: Options, limit: int) -> list[_Vers
 
 def _one_creation(versions: list[_Version]) -> list[_Version]:
     """``versions`` (oldest first) with the two commits that create a namespace (version 1:
-    the manifest table, version 2: its schema, spec and writer flag; docs/format.md, "Creating
-    a namespace") shown as the one ``create`` they are."""
+    the manifest table, version 2: its schema, spec and writer flag; docs/reference/format.md,
+    "Creating a namespace") shown as the one ``create`` they are."""
     if len(versions) < 2:
         return versions
     first, second = versions[0], versions[1]
     if (first.version, second.version) != (1, 2) or not (
-        first.operation == second.operation == CREATE_OPERATION
+        first.operation == second.operation == Operation.CREATE
     ):
         return versions
     both = tuple(first.changes or ()) + tuple(second.changes or ())
@@ -580,7 +584,7 @@ def _cmd_history(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
                 v.time.strftime("%Y-%m-%d %H:%M:%S") if v.time else "?",
                 text.cut(v.operation or "?"),
                 _touched(v.changes),
-                text.cut((v.properties or {}).get("dagster.run_id") or "-"),
+                text.cut((v.properties or {}).get(PROP_DAGSTER_RUN_ID) or "-"),
             ]
             for v in versions
         ],
@@ -591,74 +595,10 @@ def _cmd_history(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
 
 
 # -- ls ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Found:
-    path: str  # relative to the root ('.' for the root itself)
-    uri: str
-    ns: PartitionedNamespace | None
-    error: str | None
-
-
-def _find_namespaces(
-    root: str, storage_options: dict[str, str] | None, max_depth: int
-) -> Iterator[_Found]:
-    """The directories under ``root`` holding a partitioned namespace's ``__manifest``,
-    breadth first; namespaces and Lance tables are not looked into."""
-    if not storage.is_dir(root, storage_options):
-        raise CliError(f"{root}: no such directory")
-    pending = [("", 0)]
-    while pending:
-        rel, depth = pending.pop(0)
-        here = storage.join(root, rel) if rel else root
-        dirs = storage.list_dirs(here, storage_options, links=True)
-        if "_versions" in dirs:
-            continue  # a Lance table
-        if "__manifest" in dirs:
-            uri = storage.join(root, rel) if rel else root
-            try:
-                yield _Found(rel or ".", uri, _open_quietly(uri, storage_options), None)
-                continue
-            except NotAPartitionedNamespaceError:
-                pass  # another kind of Lance namespace: look below it
-            except PartitionedNamespaceError as e:
-                yield _Found(rel or ".", uri, None, error_text(e))
-                continue
-        if depth < max_depth:
-            pending += [
-                (f"{rel}/{d}" if rel else d, depth + 1)
-                for d in dirs
-                if d != "__manifest"
-                and not d.startswith(".")
-                and storage.location_problem(d) is None  # e.g. a backslash: not joinable
-            ]
-
-
-def namespaces_below(root: str, storage_options: dict[str, str] | None, limit: int) -> list[str]:
-    """The paths (relative to ``root``) of at most ``limit`` readable namespaces ``ls`` finds
-    below ``root``, nearest first; none when ``root`` is no directory."""
-    try:
-        walk = _find_namespaces(root, storage_options, DEFAULT_LS_DEPTH)
-        found = [f.path for f in itertools.islice(walk, limit) if f.ns is not None]
-    except (CliError, PartitionedNamespaceError, OSError, ValueError):
-        return []
-    return [p for p in found if p != "."]
-
-
-def _open_quietly(uri: str, storage_options: dict[str, str] | None) -> PartitionedNamespace:
-    try:
-        return PartitionedNamespace.open(uri, storage_options=storage_options)
-    except PartitionedNamespaceError:
-        raise
-    except Exception as e:
-        if is_storage_failure(e):
-            raise PartitionedNamespaceError(error_text(e)) from None
-        raise
-
-
 def _cmd_ls(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
     """``ls ROOT [--max-depth N]``."""
     found = sorted(
-        _find_namespaces(args.uri, opts.storage_options, args.max_depth), key=lambda f: f.path
+        find_namespaces(args.uri, opts.storage_options, args.max_depth), key=lambda f: f.path
     )
     docs = []
     for f in found:

@@ -1,36 +1,47 @@
 """The engine-agnostic core: the partitioned-namespace format (pyarrow, pylance, datafusion)."""
 
+from .changes import Changes
+from .commit_summary import CommitSummary, Operation
 from .errors import (
     CommitConflictError,
     ConditionalPutUnsupportedError,
+    DuplicateKeyError,
     ExpressionError,
     FilterError,
+    HiveImportError,
     IndexBuildError,
     IndexDeclarationError,
     IndexNotFoundError,
     MaintenanceConflictError,
     ManifestError,
+    MergeKeyError,
     NamespaceExistsError,
     NamespaceNotFoundError,
     NotAPartitionedNamespaceError,
     NullabilityError,
     PartialPartitionError,
+    PartitionByError,
     PartitionedNamespaceError,
     PartitionReadError,
     PathEscapeError,
     ResultTypeMismatchError,
+    RowChangeError,
     SchemaError,
     SchemaMismatchError,
     SearchError,
     SearchQueryError,
     SpecError,
+    StaleChangeError,
     StorageError,
+    TransactionError,
     UnknownTransformError,
     UnnamedPartitionError,
+    UpdateExpressionError,
     VersionGoneError,
     WriteError,
 )
 from .health import IntegrityIssue, Orphan, SchemaIssue, UncommittedVersion, VersionIssue
+from .history import Commit, TableChange
 from .maintenance import (
     CleanupResult,
     CompactResult,
@@ -39,35 +50,51 @@ from .maintenance import (
     VacuumResult,
 )
 from .namespace import PartitionedNamespace
+from .operations import Inspect, Maintenance
 from .planning import ScanPlan, ScanTask
+from .pruning import SpecPruning
+from .row_changes.change import RowChangeResult
 from .search.catalog import IndexCoverage, IndexResult
 from .spec import PartitionField, PartitionSpec, SpecField
+from .state import NamespaceState
+from .transaction import Transaction, TransactionResult
 from .windows import TimeWindow
 from .write import PartitionWrite, WriteMode, WriteResult
 
 __all__ = [
+    "Changes",
     "CleanupResult",
+    "Commit",
     "CommitConflictError",
+    "CommitSummary",
     "CompactResult",
     "ConditionalPutUnsupportedError",
     "DropResult",
     "DroppedPartition",
+    "DuplicateKeyError",
     "ExpressionError",
     "FilterError",
+    "HiveImportError",
     "IndexBuildError",
     "IndexCoverage",
     "IndexDeclarationError",
     "IndexNotFoundError",
     "IndexResult",
+    "Inspect",
     "IntegrityIssue",
+    "Maintenance",
     "MaintenanceConflictError",
     "ManifestError",
+    "MergeKeyError",
     "NamespaceExistsError",
     "NamespaceNotFoundError",
+    "NamespaceState",
     "NotAPartitionedNamespaceError",
     "NullabilityError",
+    "Operation",
     "Orphan",
     "PartialPartitionError",
+    "PartitionByError",
     "PartitionField",
     "PartitionReadError",
     "PartitionSpec",
@@ -76,6 +103,8 @@ __all__ = [
     "PartitionedNamespaceError",
     "PathEscapeError",
     "ResultTypeMismatchError",
+    "RowChangeError",
+    "RowChangeResult",
     "ScanPlan",
     "ScanTask",
     "SchemaError",
@@ -85,11 +114,18 @@ __all__ = [
     "SearchQueryError",
     "SpecError",
     "SpecField",
+    "SpecPruning",
+    "StaleChangeError",
     "StorageError",
+    "TableChange",
     "TimeWindow",
+    "Transaction",
+    "TransactionError",
+    "TransactionResult",
     "UncommittedVersion",
     "UnknownTransformError",
     "UnnamedPartitionError",
+    "UpdateExpressionError",
     "VacuumResult",
     "VersionGoneError",
     "VersionIssue",

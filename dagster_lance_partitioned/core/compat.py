@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import arrow_json
+from .commit_summary import CommitSummary, Operation
 from .errors import ManifestError, WriteError
 from .manifest import (
     PK_KEY,
@@ -168,8 +169,8 @@ class _FillEdit(ManifestEdit):
 
     row_level = False
 
-    def __init__(self, conversion: Conversion, properties: dict[str, str]) -> None:
-        super().__init__(properties=properties)
+    def __init__(self, conversion: Conversion, summary: CommitSummary) -> None:
+        super().__init__(properties=summary.to_properties())
         self.conversion = conversion
 
     def apply(self, table: pa.Table) -> pa.Table:
@@ -205,7 +206,7 @@ def _fill_commit(
         if conv.empty:
             raise _NothingToUpgrade
         used.append(conv)
-        return _FillEdit(conv, {"operation": "upgrade", "overwritten": "[]"})
+        return _FillEdit(conv, CommitSummary(Operation.UPGRADE))
 
     try:
         snap = store.commit(_snapshot, plan)

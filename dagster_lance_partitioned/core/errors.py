@@ -60,6 +60,11 @@ class ExpressionError(PartitionedNamespaceError):
     """A partition expression failed to compile or evaluate."""
 
 
+class TransactionError(PartitionedNamespaceError):
+    """A transaction was used wrongly: a second data operation, a schema or spec change after
+    its data operation, a call after it was committed or discarded."""
+
+
 class CommitConflictError(PartitionedNamespaceError):
     """A concurrent commit touched the same partition with overwrite semantics.
 

@@ -1,7 +1,8 @@
 """Schema evolution of a partitioned namespace: add, rename, drop and promote columns.
 
-Each operation is one ``__manifest`` commit that rewrites the ``schema`` table metadata; no
-partition table is rewritten. Readers reconcile old partition tables with the new schema by
+Each operation is a :class:`.MetadataStep` rewriting the ``schema`` table metadata, committed
+alone (one ``__manifest`` commit) or with others in a :class:`.Transaction`; no partition table
+is rewritten. Readers reconcile old partition tables with the new schema by
 field id (see :mod:`.conform`), and the first append into an old partition table brings that
 table up to date (see :mod:`.writer`).
 
@@ -20,14 +21,14 @@ Rules (FORMAT.md "Namespace schema", draft spec "Schema Evolution Rules"):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
 from . import arrow_json
+from .changes import MetadataStep, commit_steps
+from .commit_summary import Operation
 from .errors import SchemaError
-from .manifest import ManifestSnapshot
-from .manifest_ops import ManifestEdit
 from .ns_schema import (
     DEPRECATED_KEY,
     SCHEMA_KEY,
@@ -40,8 +41,8 @@ from .ns_schema import (
     is_widening,
     live_schema,
 )
-from .spec import PartitionSpec
-from .state import HasState, NamespaceState, load_snapshot, state_of
+from .spec import PartitionField, PartitionSpec, SpecField, resolve_fields, specs_from_metadata
+from .state import HasState, NamespaceState, state_of
 
 # --------------------------------------------------------------------------------------------
 # Operations
@@ -51,6 +52,11 @@ def add_columns(
     ns: NamespaceState | HasState, fields: pa.Field | Sequence[pa.Field] | pa.Schema
 ) -> int:
     """Add nullable columns with new field ids in one manifest commit; returns its version."""
+    return _evolve(ns, add_columns_step(fields))
+
+
+def add_columns_step(fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> MetadataStep:
+    """The change of :func:`add_columns`, for a transaction (arguments checked now)."""
     new_fields = _as_fields(fields)
     check_columns(new_fields, "add")  # names Lance reads back, no dictionary types
 
@@ -74,11 +80,16 @@ def add_columns(
             out = out.append(f)
         return out
 
-    return _evolve(ns, "add_columns", change)
+    return schema_step(Operation.ADD_COLUMNS, change)
 
 
 def rename_column(ns: NamespaceState | HasState, old: str, new: str) -> int:
     """Rename a column, keeping its field id, in one manifest commit; returns its version."""
+    return _evolve(ns, rename_column_step(old, new))
+
+
+def rename_column_step(old: str, new: str) -> MetadataStep:
+    """The change of :func:`rename_column`, for a transaction (arguments checked now)."""
     check_column_name(new, f"rename column {old!r} to")  # a name Lance reads back
 
     def change(full: pa.Schema, specs: list[PartitionSpec]) -> pa.Schema:
@@ -88,12 +99,17 @@ def rename_column(ns: NamespaceState | HasState, old: str, new: str) -> int:
             raise SchemaError(f"cannot rename column {old!r} to {new!r}: {new!r} already exists")
         return full.set(idx, full.field(idx).with_name(new))
 
-    return _evolve(ns, "rename_column", change)
+    return schema_step(Operation.RENAME_COLUMN, change)
 
 
 def drop_column(ns: NamespaceState | HasState, name: str) -> int:
     """Mark a column deprecated (kept in the schema JSON, hidden from readers and writers) in
     one manifest commit; returns its version. Refused while the current spec uses it."""
+    return _evolve(ns, drop_column_step(name))
+
+
+def drop_column_step(name: str) -> MetadataStep:
+    """The change of :func:`drop_column`, for a transaction."""
 
     def change(full: pa.Schema, specs: list[PartitionSpec]) -> pa.Schema:
         """``full`` with the column marked deprecated and nullable."""
@@ -114,12 +130,17 @@ def drop_column(ns: NamespaceState | HasState, name: str) -> int:
         md[DEPRECATED_KEY.encode()] = b"true"
         return full.set(idx, f.with_nullable(True).with_metadata(md))
 
-    return _evolve(ns, "drop_column", change)
+    return schema_step(Operation.DROP_COLUMN, change)
 
 
 def promote_column(ns: NamespaceState | HasState, name: str, wider_type: pa.DataType) -> int:
     """Widen a column's type (see :func:`is_widening`) in one manifest commit; returns its
     version."""
+    return _evolve(ns, promote_column_step(name, wider_type))
+
+
+def promote_column_step(name: str, wider_type: pa.DataType) -> MetadataStep:
+    """The change of :func:`promote_column`, for a transaction (arguments checked now)."""
     if not isinstance(wider_type, pa.DataType):
         raise SchemaError(f"cannot promote column {name!r}: {wider_type!r} is not an Arrow type")
     check_type(wider_type, name, "promote")  # no dictionary types
@@ -136,7 +157,27 @@ def promote_column(ns: NamespaceState | HasState, name: str, wider_type: pa.Data
             )
         return full.set(idx, f.with_type(target))
 
-    return _evolve(ns, "promote_column", change)
+    return schema_step(Operation.PROMOTE_COLUMN, change)
+
+
+def update_spec_step(partition_fields: Sequence[PartitionField | SpecField]) -> MetadataStep:
+    """A new partition spec version N+1 of ``partition_fields`` (field ids of identical fields
+    reused; nothing when they equal the current spec's), for a transaction or alone."""
+    from .manifest import partition_field_columns
+    from .partitioner import SpecEvaluator
+
+    def apply(metadata: Mapping[str, str]) -> dict[str, str]:
+        specs = specs_from_metadata(dict(metadata))
+        schema = live_schema(full_schema(dict(metadata)))
+        fields = resolve_fields(partition_fields, schema, specs)
+        if fields == specs[-1].fields:
+            return {}
+        spec = PartitionSpec(specs[-1].spec_id + 1, fields)
+        SpecEvaluator(spec, schema)  # compiles every expression and checks result types
+        partition_field_columns([*specs, spec])  # a reused column keeps its type
+        return {spec.key: spec.to_json_str()}
+
+    return MetadataStep(Operation.UPDATE_SPEC, apply)
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,37 +222,44 @@ def _check_specs(schema: pa.Schema, specs: list[PartitionSpec]) -> None:
     SpecEvaluator(specs[-1], live_schema(schema))
 
 
-def _evolve(
-    ns: NamespaceState | HasState,
-    operation: str,
-    change: Callable[[pa.Schema, list[PartitionSpec]], pa.Schema],
-) -> int:
-    """Apply ``change`` to the latest namespace schema in one manifest commit (re-validated on
+def schema_step(
+    operation: str, change: Callable[[pa.Schema, list[PartitionSpec]], pa.Schema]
+) -> MetadataStep:
+    """A metadata step rewriting the ``schema`` key with ``change(full schema, specs)``,
+    refused when the current spec no longer compiles against the result."""
+
+    def apply(metadata: Mapping[str, str]) -> dict[str, str]:
+        specs = specs_from_metadata(dict(metadata))
+        new = change(full_schema(dict(metadata)), specs)
+        _check_specs(new, specs)
+        return {SCHEMA_KEY: json.dumps(arrow_json.schema_to_json(new), separators=(",", ":"))}
+
+    return MetadataStep(operation, apply)
+
+
+def _evolve(ns: NamespaceState | HasState, step: MetadataStep) -> int:
+    """Apply ``step`` to the latest namespace schema in one manifest commit (re-validated on
     the latest version when a concurrent commit wins); returns the new manifest version."""
     state = state_of(ns)
     state.require_unpinned("change its schema")
-
-    def plan(snap: ManifestSnapshot) -> ManifestEdit:
-        specs = list(snap.specs.values())
-        new = change(full_schema(snap.metadata), specs)
-        _check_specs(new, specs)
-        raw = json.dumps(arrow_json.schema_to_json(new), separators=(",", ":"))
-        return ManifestEdit(
-            metadata={SCHEMA_KEY: raw}, properties={"operation": operation, "overwritten": "[]"}
-        )
-
-    return state.store.commit(load_snapshot, plan).version
+    return commit_steps(state.store, [step]).version
 
 
 __all__ = [
     "DEPRECATED_KEY",
     "add_columns",
+    "add_columns_step",
     "drop_column",
+    "drop_column_step",
     "dropped_names",
     "full_schema",
     "is_deprecated",
     "is_widening",
     "live_schema",
     "promote_column",
+    "promote_column_step",
     "rename_column",
+    "rename_column_step",
+    "schema_step",
+    "update_spec_step",
 ]

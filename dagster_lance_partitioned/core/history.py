@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import NotAPartitionedNamespaceError
-from .manifest import ManifestStore
-from .namespace import PartitionedNamespace
+from . import storage
+from .commit_summary import CommitSummary
+from .errors import NotAPartitionedNamespaceError, is_storage_failure, storage_error
+from .manifest import ManifestSnapshot, ManifestStore
+from .state import load_snapshot, registered_partitions
 
 
 @dataclass(frozen=True)
@@ -34,30 +36,42 @@ class Commit:
     changes: tuple[TableChange, ...]
 
     @property
+    def summary(self) -> CommitSummary | None:
+        """The properties read as a :class:`~.commit_summary.CommitSummary` (None: another
+        tool's commit; one without ``overwritten`` counts as having replaced every table)."""
+        return None if self.properties is None else CommitSummary.from_properties(self.properties)
+
+    @property
     def operation(self) -> str | None:
         """``write``, ``compact``, ... for commits of this package."""
-        return (self.properties or {}).get("operation")
+        summary = self.summary
+        return None if summary is None or summary.operation is None else str(summary.operation)
 
     @property
     def source(self) -> str | None:
         """Who wrote it, when the writer said (``dlp.source``), e.g. the Dagster IO manager."""
-        return (self.properties or {}).get("source")
+        summary = self.summary
+        return None if summary is None else summary.source
 
 
-def _tables(
-    uri: str | os.PathLike[str], storage_options: dict[str, str] | None, version: int
-) -> dict[str, dict[str, Any]]:
+def _snapshot(store: ManifestStore, version: int | None = None) -> ManifestSnapshot:
+    """The manifest ``version`` (default: the latest), checked as opening it checks it."""
+    ds = store.dataset(version) if version is not None else store.open_latest()
+    return load_snapshot(ds).verify(latest=version is None)
+
+
+def _tables(store: ManifestStore, version: int) -> dict[str, dict[str, Any]]:
     """The partition tables registered at ``version`` (none before the namespace was created,
     nor at its first version, which ``create`` commits before the spec)."""
     if version < 1:
         return {}
     try:
-        ns = PartitionedNamespace.open(uri, storage_options, version)
+        snap = _snapshot(store, version)
     except NotAPartitionedNamespaceError:
         if version == 1:
             return {}
         raise
-    return {p["object_id"]: p for p in ns.partitions()}
+    return {p["object_id"]: p for p in registered_partitions(snap)}
 
 
 def commits(
@@ -69,16 +83,25 @@ def commits(
     """The commits after manifest version ``since`` (0: from the first) up to ``until``
     (default: the latest), oldest first. Metadata-only commits (a new spec version, schema
     evolution) have no changes. Versions a cleanup removed are skipped, and so is the oldest
-    version still on storage (what it changed went with its predecessor)."""
-    latest = PartitionedNamespace.open(uri, storage_options)
-    until = latest.version if until is None else until
-    store = ManifestStore(latest.uri, storage_options)
+    version still on storage (what it changed went with its predecessor). Raw Lance / Arrow
+    failures, also while iterating, are raised as :class:`~.errors.StorageError`."""
+    root = storage.normalize_root(uri)
+    try:
+        yield from _commits(ManifestStore(root, storage_options), since, until)
+    except Exception as e:
+        if not is_storage_failure(e):
+            raise
+        raise storage_error(e, root, "reading the commit history") from None
+
+
+def _commits(store: ManifestStore, since: int, until: int | None) -> Iterator[Commit]:
+    until = _snapshot(store).version if until is None else until
     oldest = min(int(ref["version"]) for ref in store.dataset().version_refs())
     if since + 1 < oldest:  # the versions before it are gone: start after it
         since = oldest
-    before = _tables(uri, storage_options, since)
+    before = _tables(store, since)
     for version in range(since + 1, until + 1):
-        after = _tables(uri, storage_options, version)
+        after = _tables(store, version)
         changes = [
             TableChange(
                 oid,

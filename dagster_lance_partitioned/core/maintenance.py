@@ -2,10 +2,11 @@
 vacuum orphans, and drop partitions.
 
 Lance's own ``cleanup_old_versions`` is used for ``__manifest`` only. On partition tables it is
-unsafe for this format (see docs/implementation-notes.md, "Maintenance"): it never lists detached
-versions -- the versions every ``read_version`` of this package pins after the first write --
-so it neither removes old ones nor protects their files, and deletes data files a pinned detached
-version still reads once no main-line version references them. Partition tables are therefore
+unsafe for this format (see docs/explanation/implementation-notes.md, "Maintenance"): it never
+lists detached versions -- the versions every ``read_version`` of this package pins after the
+first write -- so it neither removes old ones nor protects their files, and deletes data files
+a pinned detached version still reads once no main-line version references them. Partition
+tables are therefore
 cleaned file by file here: a version's manifest is removed only when no retained manifest
 version pins it, then the files only removed versions referenced."""
 
@@ -25,6 +26,7 @@ from lance import LanceOperation
 from lance.fragment import write_fragments
 
 from . import storage
+from .commit_summary import WRITER_ID, CommitSummary, Operation
 from .errors import PartialPartitionError, PartitionedNamespaceError, WriteError, storage_error
 from .filters import FilterLike, to_sql
 from .health import (
@@ -42,16 +44,15 @@ from .health import (
     version_files,
 )
 from .manifest import ManifestSnapshot, ManifestStore, delete_empty_namespaces
-from .manifest_ops import ManifestEdit
+from .manifest_ops import ManifestEdit, NothingToCommit
 from .ns_schema import snapshot_schema
 from .planning import ScanTask, plan_scan
-from .retire import Retirement, announce, epoch
+from .retire import Retirement, announcement, epoch
 from .revisions import Revision, register
 from .scan import count_matching, open_table
 from .search.build import index_version
 from .search.declaration import declarations
 from .state import HasState, NamespaceState, load_snapshot, state_of
-from .write import WRITER_ID
 
 # --------------------------------------------------------------------------------------------
 # Results
@@ -118,10 +119,6 @@ class DropResult:
     def rows(self) -> int:
         """Rows the dropped partitions held."""
         return sum(p.rows for p in self.partitions)
-
-
-class _NothingToCommit(Exception):
-    """Raised by a manifest plan when the latest manifest leaves nothing to change."""
 
 
 def _refuse_pinned(ns: NamespaceState, what: str) -> None:
@@ -224,8 +221,8 @@ def compact(
     ]
     if not done:
         return CompactResult(ns.version, ())
-    properties = {"operation": "compact", "writer": WRITER_ID, "overwritten": "[]"}
-    outcome = register(ns, [c.revision for c in done], properties, made_at)
+    summary = CommitSummary(Operation.COMPACT, writer=WRITER_ID)
+    outcome = register(ns, [c.revision for c in done], summary, made_at)
     committed = set(outcome.committed)
     return CompactResult(
         outcome.manifest_version,
@@ -242,6 +239,25 @@ def compact(
 
 # --------------------------------------------------------------------------------------------
 # cleanup
+
+
+def announce(store: ManifestStore, retirement: Retirement, operation: str) -> ManifestSnapshot:
+    """Announce ``retirement`` in two manifest commits (see :mod:`.retire`); the manifest
+    snapshot after which every commit that depends on it conflicts."""
+    summary = CommitSummary(Operation.RETIRE, of=operation)
+
+    def record(snap: ManifestSnapshot) -> ManifestEdit:
+        return ManifestEdit(
+            metadata=announcement(snap, retirement), properties=summary.to_properties()
+        )
+
+    def touch(snap: ManifestSnapshot) -> ManifestEdit:
+        # re-writes the sentinel row only: every commit planned before it must plan again
+        return ManifestEdit(properties=summary.to_properties())
+
+    load = lambda ds: ManifestSnapshot(ds, [])  # noqa: E731
+    store.commit(load, record)
+    return store.commit(load, touch)
 
 
 @dataclass
@@ -584,19 +600,19 @@ def drop_partitions(ns: NamespaceState | HasState, filter: FilterLike) -> DropRe
                 edit.deletes.add(t.object_id)
                 dropped.append(DroppedPartition(t.object_id, t.location, t.partition_values, rows))
         if not dropped:
-            raise _NothingToCommit
+            raise NothingToCommit
         delete_empty_namespaces(snap, edit)
-        edit.properties = {
-            "operation": "drop_partitions",
-            "writer": WRITER_ID,
-            "filter": sql,
-            "overwritten": json.dumps(sorted(p.object_id for p in dropped)),
-        }
+        edit.properties = CommitSummary(
+            Operation.DROP_PARTITIONS,
+            overwritten=tuple(p.object_id for p in dropped),
+            writer=WRITER_ID,
+            filter=sql,
+        ).to_properties()
         return edit
 
     try:
         version = ns.store.commit(load_snapshot, plan_commit).version
-    except _NothingToCommit:
+    except NothingToCommit:
         dropped.clear()
         version = ns.refresh().version
     ns.refresh()

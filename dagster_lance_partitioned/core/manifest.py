@@ -4,7 +4,6 @@ as single Lance commits that rebase onto concurrent commits."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import secrets
@@ -30,6 +29,12 @@ from lance.dataset import Transaction
 from lance.fragment import write_fragments
 
 from . import retire, storage
+from .commit_summary import (
+    PROP_OPERATION,
+    CommitSummary,
+    Operation,
+    creation_properties,
+)
 from .errors import (
     CommitConflictError,
     ManifestError,
@@ -59,8 +64,6 @@ SEP = "$"
 COMMIT_PROPERTY_PREFIX = "dlp."
 # How long a commit keeps re-planning over concurrent commits before it gives up.
 COMMIT_TIMEOUT_SECONDS = 120.0
-OVERWRITE_ALL = "*"
-CREATE_OPERATION = "create"
 COMMIT_LOCK = "_dlp_commit.lock"  # advisory turn-taking of local writers, see ManifestStore._turn
 # Manifests of at most this many rows are read whole for lookups (cheaper than a query).
 SMALL_MANIFEST_ROWS = 2_000
@@ -728,7 +731,9 @@ class ManifestStore:
             tx = Transaction(
                 read_version=0,
                 operation=LanceOperation.Overwrite(rows.schema, frags),
-                transaction_properties={COMMIT_PROPERTY_PREFIX + "operation": CREATE_OPERATION},
+                transaction_properties={
+                    COMMIT_PROPERTY_PREFIX + k: v for k, v in creation_properties().items()
+                },
             )
             ds = lance.LanceDataset.commit(
                 self.uri, tx, storage_options=self.storage_options, max_retries=0
@@ -743,7 +748,7 @@ class ManifestStore:
             ) from None
         if ds.version != 1:  # Lance put our create on top of a manifest that appeared
             raise exists
-        return self.update_metadata(metadata, base_version=1, operation=CREATE_OPERATION)
+        return self.update_metadata(metadata, base_version=1, operation=Operation.CREATE)
 
     @contextlib.contextmanager
     def _turn(self) -> Iterator[None]:
@@ -805,7 +810,7 @@ class ManifestStore:
             time.sleep(0.02)
 
     def update_metadata(
-        self, values: dict[str, str], base_version: int, operation: str = "metadata"
+        self, values: dict[str, str], base_version: int, operation: Operation = Operation.METADATA
     ) -> lance.LanceDataset:
         """Set table-metadata keys in one commit planned on ``base_version`` (through
         :meth:`commit`; :class:`CommitConflictError` when the latest version is another)."""
@@ -817,7 +822,7 @@ class ManifestStore:
                     "before this metadata change; retry it"
                 )
             return ManifestEdit(
-                metadata=dict(values), properties={"operation": operation, "overwritten": "[]"}
+                metadata=dict(values), properties=CommitSummary(operation).to_properties()
             )
 
         return self.commit(lambda ds: ManifestSnapshot(ds, []), plan).dataset
@@ -928,7 +933,7 @@ def being_created(ds: lance.LanceDataset) -> bool:
     except (OSError, ValueError):
         return False
     props = (tx.transaction_properties or {}) if tx is not None else {}
-    return props.get(COMMIT_PROPERTY_PREFIX + "operation") == CREATE_OPERATION
+    return props.get(COMMIT_PROPERTY_PREFIX + PROP_OPERATION) == Operation.CREATE
 
 
 def _is_conflict(e: Exception) -> bool:
@@ -939,10 +944,9 @@ def _is_conflict(e: Exception) -> bool:
 
 
 def overwritten_ids(properties: dict[str, str] | None) -> set[str] | None:
-    """Table object ids a commit replaced (``None``: unknown, treat every table as replaced)."""
-    if properties is None or "overwritten" not in properties:
+    """Table object ids a commit replaced (``None``: unknown, treat every table as replaced),
+    from its properties (None: not this package's commit)."""
+    if properties is None:
         return None
-    value = json.loads(properties["overwritten"])
-    if value == OVERWRITE_ALL:
-        return None
-    return set(value)
+    ids = CommitSummary.from_properties(properties).overwritten
+    return None if ids is None else set(ids)

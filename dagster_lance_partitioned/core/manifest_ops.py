@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,12 +24,19 @@ from .retire import Use
 
 log = logging.getLogger(__name__)
 
-# Upkeep thresholds (see docs/benchmarks.md, commit scale): compact when this many fragments
-# have accumulated; index the manifest from this many rows; fold new fragments into the
+_OFFSET_MASK = (1 << 32) - 1  # a row address is (fragment id << 32) | row offset
+
+# Upkeep thresholds (see docs/explanation/benchmarks.md, commit scale): compact when this many
+# fragments have accumulated; index the manifest from this many rows; fold new fragments into the
 # indexes once this many are unindexed.
 COMPACT_MIN_FRAGMENTS = 8
 INDEX_MIN_ROWS = 5_000
 INDEX_MAX_UNINDEXED_FRAGMENTS = 16
+
+
+class NothingToCommit(Exception):
+    """Raised by a manifest commit's plan when the latest manifest leaves it nothing to change
+    (the caller reports that no commit was made)."""
 
 
 @dataclass
@@ -104,11 +112,6 @@ class ManifestRows(Protocol):
     def rows_by_id(self, object_ids: Iterable[str], with_address: bool = False) -> pa.Table: ...
 
 
-def sql_string(value: str) -> str:
-    """``value`` as a single-quoted SQL string literal."""
-    return "'" + value.replace("'", "''") + "'"
-
-
 def build_transaction(
     snap: ManifestRows,
     edit: ManifestEdit,
@@ -161,29 +164,45 @@ def build_transaction(
     rows = edit.changed_rows(existing, ds.schema)
     if sentinel not in edit.upserts and sentinel not in edit.deletes:
         rows += [row for row in existing if row["object_id"] == sentinel][:1]
-    present = sorted({row["object_id"] for row in existing})
-    updated, removed = [], []
-    if present:
-        predicate = "object_id IN (" + ", ".join(sql_string(oid) for oid in present) + ")"
-        for fragment_id in sorted({address >> 32 for address in addresses}):
-            fragment = ds.get_fragment(fragment_id)
-            if fragment is None:
-                raise ManifestError(f"manifest version {snap.version} lacks fragment {fragment_id}")
-            metadata = fragment.delete(predicate)
-            if metadata is None:
-                removed.append(fragment_id)
-            else:
-                updated.append(metadata)
-    new_fragments = []
-    if rows:
-        new_fragments = write_fragments(
-            pa.Table.from_pylist(rows, schema=ds.schema),
-            ds,
-            schema=ds.schema,
-            mode="append",
-            data_storage_version=ds.data_storage_version,
-            storage_options=storage_options,
+    # every row read is replaced: delete them by address (no scan of their fragments), and
+    # write the deletion files and the new rows' fragment at the same time
+    offsets: dict[int, list[int]] = {}
+    for address in addresses:
+        offsets.setdefault(address >> 32, []).append(address & _OFFSET_MASK)
+    for fragment_id in offsets:
+        if ds.get_fragment(fragment_id) is None:
+            raise ManifestError(f"manifest version {snap.version} lacks fragment {fragment_id}")
+
+    def delete(fragment_id: int) -> Any:
+        fragment = ds.get_fragment(fragment_id)
+        assert fragment is not None
+        return fragment.delete_rows(sorted(offsets[fragment_id]))
+
+    def append() -> list[Any]:
+        if not rows:
+            return []
+        return list(
+            write_fragments(
+                pa.Table.from_pylist(rows, schema=ds.schema),
+                ds,
+                schema=ds.schema,
+                mode="append",
+                data_storage_version=ds.data_storage_version,
+                storage_options=storage_options,
+            )
         )
+
+    fragment_ids = sorted(offsets)
+    with ThreadPoolExecutor(max_workers=len(fragment_ids) + 1) as pool:
+        written = pool.submit(append)
+        deleted = list(pool.map(delete, fragment_ids))
+        new_fragments = written.result()
+    updated, removed = [], []
+    for fragment_id, metadata in zip(fragment_ids, deleted, strict=True):
+        if metadata is None:
+            removed.append(fragment_id)
+        else:
+            updated.append(metadata)
     op = LanceOperation.Update(
         removed_fragment_ids=removed, updated_fragments=updated, new_fragments=new_fragments
     )

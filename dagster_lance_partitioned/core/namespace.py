@@ -3,7 +3,6 @@ partitioned namespace."""
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -30,7 +29,6 @@ from .manifest import (
     base_manifest_schema,
     partition_field_columns,
 )
-from .manifest_ops import ManifestEdit
 from .naming import NAMING_KEY, ensure_naming_key, new_naming_key
 from .ns_schema import check_columns
 from .ns_schema import snapshot_schema as snapshot_schema  # re-exported
@@ -43,9 +41,9 @@ from .state import NamespaceState, load_snapshot
 from .write import PartitionWriter, WriteMode, WriteResult
 
 if TYPE_CHECKING:
-    from .maintenance import CleanupResult, CompactResult, DropResult, VacuumResult
     from .row_changes import RowChangeResult
     from .search.catalog import IndexCoverage, IndexResult
+    from .transaction import Transaction
 
 
 class PartitionedNamespace:
@@ -79,10 +77,6 @@ class PartitionedNamespace:
     def inspect(self) -> Inspect:
         """Partitions, health checks and commit history (see :class:`.Inspect`)."""
         return self._inspect
-
-    @property
-    def _store(self) -> ManifestStore:  # kept for tests that commit to __manifest directly
-        return self._state.store
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -211,11 +205,6 @@ class PartitionedNamespace:
         self._state.refresh()
         return self
 
-    def partitions(self) -> list[dict[str, Any]]:
-        """Every registered partition table: object id, location, spec, values, read version
-        (the same as ``ns.inspect.partitions()``)."""
-        return self._inspect.partitions()
-
     def describe_namespace(self, path: Sequence[str]) -> dict[str, str]:
         """Runtime properties of ``v<N>`` (its spec) or of a partition namespace (its value)."""
         oid = SEP.join(path)
@@ -261,7 +250,6 @@ class PartitionedNamespace:
             self.current_spec,
             mode,
             commit_properties=commit_properties,
-            before_commit=self._before_commit,
             partitions=partitions,
         )
         result = writer.write(data)
@@ -273,19 +261,13 @@ class PartitionedNamespace:
             self.refresh()
         return result
 
-    # Test seam: called after the partition tables are written, before the manifest commit.
-    _before_commit = None
-
     # -- read ---------------------------------------------------------------------------------
     @storage_boundary("planning a scan")
     def plan_scan(self, filter: FilterLike = None) -> ScanPlan:
-        """The partition tables (and versions) a scan with ``filter`` reads."""
+        """The partition tables (and versions) a scan with ``filter`` reads; ``str()`` of it is
+        a readable account (per spec version: manifest predicate, partitions kept / total; the
+        residual filter), ``.to_dict()`` JSON."""
         return self._state.plan_scan(filter)
-
-    def explain(self, filter: FilterLike = None) -> ScanPlan:
-        """The scan plan of ``filter``; ``str()`` of it is a readable account (per spec version:
-        manifest predicate, partitions kept / total; the residual filter), ``.to_dict()`` JSON."""
-        return self.plan_scan(filter)
 
     @storage_boundary("scanning")
     def scan(
@@ -338,25 +320,26 @@ class PartitionedNamespace:
         self._state.require_unpinned("change its partition spec")
         if any(s.draft for s in self.specs):
             self.upgrade()  # field ids and manifest columns follow the current shape first
+        from .changes import commit_steps
+        from .evolution import update_spec_step
 
-        def plan(snap: ManifestSnapshot) -> ManifestEdit | None:
-            # resolved again on the latest version: another spec version may have landed first
-            state = NamespaceState(self._state.store, snap, pinned=True)
-            specs, schema = state.specs, state.schema_with_ids
-            fields = resolve_fields(partition_fields, schema, specs)
-            if fields == specs[-1].fields:
-                return None
-            spec = PartitionSpec(specs[-1].spec_id + 1, fields)
-            SpecEvaluator(spec, schema)  # compiles every expression and checks result types
-            partition_field_columns([*specs, spec])  # a reused column keeps its type
-            return ManifestEdit(
-                metadata={spec.key: spec.to_json_str()},
-                properties={"operation": "update_spec", "overwritten": "[]"},
-            )
+        return self._after(
+            commit_steps(self._state.store, [update_spec_step(partition_fields)]).version
+        )
 
-        version = self._state.store.commit(load_snapshot, plan).version
-        self.refresh()
-        return version
+    # -- transactions (core/transaction.py) ---------------------------------------------------
+    def transaction(self) -> Transaction:
+        """A transaction: ``with ns.transaction() as tx:`` takes schema and spec changes
+        (``tx.add_columns``, ``rename_column``, ``drop_column``, ``promote_column``,
+        ``update_spec``) and then one data operation (``tx.write``, ``merge_insert``,
+        ``delete``, ``update``) with this class's signatures, and commits them on leaving the
+        block; an exception inside it commits nothing. The data is written against the
+        changed schema and spec, and refused (nothing committed) before anything becomes
+        visible; see :mod:`.transaction` for how the commit is made. ``tx.result`` tells what
+        was committed."""
+        from .transaction import Transaction
+
+        return Transaction(self._state)
 
     # -- schema evolution (core/evolution.py) -------------------------------------------------
     @storage_boundary("adding columns")
@@ -410,34 +393,6 @@ class PartitionedNamespace:
 
         root = import_hive(uri, types=types, storage_options=storage_options)
         return cls.open(root, storage_options)
-
-    # -- maintenance (ns.maintenance, core/operations.py) -------------------------------------
-    # Shortcuts kept because many callers use them; each is ns.maintenance.<same name>.
-    def compact(
-        self, filter: FilterLike = None, target_rows_per_fragment: int = 1 << 20
-    ) -> CompactResult:
-        """``ns.maintenance.compact``: rewrite the selected partition tables with fewer, larger
-        fragments and register them in one manifest commit."""
-        return self._maintenance.compact(filter, target_rows_per_fragment)
-
-    def cleanup(
-        self,
-        older_than: datetime.timedelta = datetime.timedelta(days=7),
-        keep_manifest_versions: int = 10,
-    ) -> CleanupResult:
-        """``ns.maintenance.cleanup``: remove old manifest and partition-table versions that no
-        retained manifest version needs."""
-        return self._maintenance.cleanup(older_than, keep_manifest_versions)
-
-    def vacuum(self, grace: datetime.timedelta = datetime.timedelta(days=7)) -> VacuumResult:
-        """``ns.maintenance.vacuum``: delete orphan partition tables and unreferenced files
-        older than ``grace``."""
-        return self._maintenance.vacuum(grace)
-
-    def drop_partitions(self, filter: FilterLike) -> DropResult:
-        """``ns.maintenance.drop_partitions``: deregister, in one manifest commit, the
-        partitions all of whose rows match ``filter``."""
-        return self._maintenance.drop_partitions(filter)
 
     def _after(self, version: int) -> int:
         self.refresh()

@@ -18,6 +18,7 @@ import hashlib
 import secrets
 from typing import Any, Protocol
 
+from .commit_summary import CommitSummary, Operation
 from .manifest import ManifestSnapshot, ManifestStore, random_name, table_location
 from .manifest_ops import ManifestEdit
 
@@ -115,7 +116,7 @@ def ensure_naming_key(store: ManifestStore, snap: ManifestSnapshot) -> bool:
         if NAMING_KEY in latest.metadata:
             return None
         return ManifestEdit(
-            metadata={NAMING_KEY: key}, properties={"operation": "metadata", "overwritten": "[]"}
+            metadata={NAMING_KEY: key}, properties=CommitSummary(Operation.METADATA).to_properties()
         )
 
     store.commit(lambda ds: ManifestSnapshot(ds, []), plan)

@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from . import health, maintenance
 from .boundary import storage_boundary
-from .errors import is_storage_failure, storage_error
 from .filters import FilterLike
 from .health import IntegrityIssue, Orphan, SchemaIssue, UncommittedVersion, VersionIssue
+from .history import Commit, commits
 from .maintenance import CleanupResult, CompactResult, DropResult, VacuumResult
-from .state import NamespaceState
+from .state import NamespaceState, registered_partitions
 
 if TYPE_CHECKING:
-    from .history import Commit
     from .search.catalog import IndexResult
-
-T = TypeVar("T")
 
 
 class Maintenance:
@@ -92,22 +89,7 @@ class Inspect:
     @storage_boundary("listing partitions")
     def partitions(self) -> list[dict[str, Any]]:
         """Every registered partition table: object id, location, spec, values, read version."""
-        snap = self.state.snapshot
-        out = []
-        for t in snap.tables():
-            spec = snap.specs[t.spec_id]
-            out.append(
-                {
-                    "object_id": t.object_id,
-                    "location": t.location,
-                    "spec_id": t.spec_id,
-                    "values": t.partition_values(spec),
-                    "read_version": t.read_version,
-                    "read_branch": t.read_branch,
-                    "read_tag": t.read_tag,
-                }
-            )
-        return out
+        return registered_partitions(self.state.snapshot)
 
     @storage_boundary("checking partition schemas")
     def check_schemas(self) -> list[SchemaIssue]:
@@ -138,21 +120,4 @@ class Inspect:
     def history(self, since: int = 0, until: int | None = None) -> Iterator[Commit]:
         """The commits after manifest version ``since`` up to ``until`` (default: the latest),
         oldest first (see :func:`.history.commits`)."""
-        from .history import commits  # history reads versions through the facade
-
-        return _guarded(
-            commits(self.uri, since, until, self.state.storage_options),
-            self.uri,
-            "reading the commit history",
-        )
-
-
-def _guarded(items: Iterator[T], uri: str, what: str) -> Iterator[T]:
-    """``items`` (a lazy iterator, which a decorator cannot guard) with raw Lance / Arrow
-    failures during iteration as :class:`~.errors.StorageError` (see :func:`storage_boundary`)."""
-    try:
-        yield from items
-    except Exception as e:
-        if not is_storage_failure(e):
-            raise
-        raise storage_error(e, uri, what) from None
+        return commits(self.uri, since, until, self.state.storage_options)

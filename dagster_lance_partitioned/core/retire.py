@@ -9,10 +9,11 @@ A commit planned before the second cannot land after it without planning again o
 that carries the retirement; one that landed before it is seen by maintenance, which reads the
 pins only after its announcement. The manifest's own put-if-absent commit orders the two, on
 object stores as on local disk. ``older_than`` and ``grace`` decide only what counts as
-garbage, never what is safe.
+garbage, never what is safe. This module is the protocol's format and checks, below the
+manifest commit that runs them; the announcement itself is :func:`~.maintenance.announce`.
 
 Stored in the ``__manifest`` table metadata (this package's extension of the format, see
-docs/format.md):
+docs/reference/format.md):
 
 - ``dlp.retirements``: JSON list of the epochs (1, 2, ...) of the most recent
   :data:`KEPT_FENCES` announcements, oldest first (absent: none yet);
@@ -28,19 +29,28 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .errors import MaintenanceConflictError
 
-if TYPE_CHECKING:
-    from .manifest import ManifestSnapshot, ManifestStore
-    from .manifest_ops import ManifestEdit
-
 FENCES_KEY = "dlp.retirements"
 SLOT_PREFIX = "dlp.retire."
-RETIRE_OPERATION = "retire"
 KEPT_FENCES = 16  # announcements remembered (a commit made before older ones conflicts)
 MAX_MARKS_BYTES = 64 * 1024  # larger retirements are stored by location, then as "all"
+
+
+class Snapshot(Protocol):
+    """A manifest version (a :class:`~.manifest.ManifestSnapshot`): its table metadata."""
+
+    @property
+    def metadata(self) -> Mapping[str, str]: ...
+
+
+class Store(Protocol):
+    """A namespace's manifest store (a :class:`~.manifest.ManifestStore`): its root."""
+
+    @property
+    def root(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -105,13 +115,13 @@ class Use:
     epoch: int
 
 
-def fences(snap: ManifestSnapshot) -> list[int]:
+def fences(snap: Snapshot) -> list[int]:
     """The epochs of the announcements ``snap`` remembers, oldest first."""
     text = snap.metadata.get(FENCES_KEY)
     return [int(e) for e in json.loads(text)] if text else []
 
 
-def epoch(snap: ManifestSnapshot) -> int:
+def epoch(snap: Snapshot) -> int:
     """The number of announcements made up to ``snap`` (0: none)."""
     known = fences(snap)
     return known[-1] if known else 0
@@ -121,7 +131,7 @@ def _slot(epoch: int) -> str:
     return f"{SLOT_PREFIX}{epoch % KEPT_FENCES}"
 
 
-def _since(snap: ManifestSnapshot, after: int) -> list[Retirement] | None:
+def _since(snap: Snapshot, after: int) -> list[Retirement] | None:
     """The retirements announced after epoch ``after`` up to ``snap`` (None: not all known)."""
     out = []
     for e in range(after + 1, epoch(snap) + 1):
@@ -135,7 +145,7 @@ def _since(snap: ManifestSnapshot, after: int) -> list[Retirement] | None:
     return out
 
 
-def conflicting(snap: ManifestSnapshot, uses: Iterable[Use]) -> list[Use]:
+def conflicting(snap: Snapshot, uses: Iterable[Use]) -> list[Use]:
     """The ``uses`` named by retirements announced after their epoch, up to ``snap``."""
     current = epoch(snap)
     found: list[Use] = []
@@ -151,7 +161,7 @@ def conflicting(snap: ManifestSnapshot, uses: Iterable[Use]) -> list[Use]:
     return found
 
 
-def check(store: ManifestStore, snap: ManifestSnapshot, uses: Iterable[Use]) -> None:
+def check(store: Store, snap: Snapshot, uses: Iterable[Use]) -> None:
     """Raise :class:`MaintenanceConflictError` when one of ``uses`` (table versions a commit
     planned on ``snap`` registers) is named by a retirement announced after it was made."""
     bad = conflicting(snap, uses)
@@ -168,29 +178,10 @@ def check(store: ManifestStore, snap: ManifestSnapshot, uses: Iterable[Use]) -> 
         )
 
 
-def announce(store: ManifestStore, retirement: Retirement, operation: str) -> ManifestSnapshot:
-    """Announce ``retirement`` (see the module doc); the manifest snapshot after which every
-    commit that depends on it conflicts."""
-    from .manifest import ManifestSnapshot
-    from .manifest_ops import ManifestEdit
-
-    def record(snap: ManifestSnapshot) -> ManifestEdit:
-        e = epoch(snap) + 1
-        kept = [*fences(snap), e][-KEPT_FENCES:]
-        return ManifestEdit(
-            metadata={
-                FENCES_KEY: json.dumps(kept),
-                _slot(e): retirement.to_json(e),
-            },
-            properties={"operation": RETIRE_OPERATION, "of": operation, "overwritten": "[]"},
-        )
-
-    def touch(snap: ManifestSnapshot) -> ManifestEdit:
-        # re-writes the sentinel row only: every commit planned before it must plan again
-        return ManifestEdit(
-            properties={"operation": RETIRE_OPERATION, "of": operation, "overwritten": "[]"}
-        )
-
-    load = lambda ds: ManifestSnapshot(ds, [])  # noqa: E731
-    store.commit(load, record)
-    return store.commit(load, touch)
+def announcement(snap: Snapshot, retirement: Retirement) -> dict[str, str | None]:
+    """The table-metadata keys that announce ``retirement`` in the manifest version after
+    ``snap`` (the first of an announcement's two commits, see the module doc and
+    :func:`~.maintenance.announce`)."""
+    e = epoch(snap) + 1
+    kept = [*fences(snap), e][-KEPT_FENCES:]
+    return {FENCES_KEY: json.dumps(kept), _slot(e): retirement.to_json(e)}

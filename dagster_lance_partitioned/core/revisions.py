@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .commit_summary import CommitSummary
 from .health import Pin, pin_of
 from .manifest import ManifestSnapshot
-from .manifest_ops import ManifestEdit
+from .manifest_ops import ManifestEdit, NothingToCommit
 from .retire import Use, conflicting
 from .state import NamespaceState, load_snapshot
 
@@ -36,17 +37,13 @@ class Registered:
     skipped: tuple[str, ...]
 
 
-class _NothingToCommit(Exception):
-    pass
-
-
 def register(
     ns: NamespaceState,
     revisions: Sequence[Revision],
-    properties: dict[str, str],
+    summary: CommitSummary,
     made_at: int,
 ) -> Registered:
-    """Register ``revisions`` in one manifest commit with ``properties`` (``made_at``: the
+    """Register ``revisions`` in one manifest commit recorded as ``summary`` (``made_at``: the
     retirement epoch of the manifest they were made from)."""
     if not revisions:
         return Registered(ns.refresh().version, (), ())
@@ -60,7 +57,7 @@ def register(
         committed.clear()
         skipped.clear()
         current = {t.object_id: t for t in snap.tables()}
-        edit = ManifestEdit(properties=dict(properties))
+        edit = ManifestEdit(properties=summary.to_properties())
         retired = {u.location for u in conflicting(snap, [use(r) for r in revisions])}
         for r in revisions:
             entry = current.get(r.object_id)
@@ -76,12 +73,12 @@ def register(
             edit.uses.append(use(r))
             committed.append(r.object_id)
         if not committed:
-            raise _NothingToCommit
+            raise NothingToCommit
         return edit
 
     try:
         version = ns.store.commit(load_snapshot, plan).version
-    except _NothingToCommit:
+    except NothingToCommit:
         version = ns.refresh().version
     ns.refresh()
     return Registered(version, tuple(sorted(committed)), tuple(sorted(skipped)))

@@ -16,6 +16,8 @@ from typing import Any
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
+from .changes import Changes, ChangesFirstStore, apply_to
+from .commit_summary import PROP_WRITE_ID
 from .errors import WriteError
 from .manifest import ManifestStore
 from .naming import NamespaceNaming, ensure_naming_key
@@ -60,6 +62,9 @@ class StagedWrite:
     write_id: str
     commit_properties: dict[str, str] = field(default_factory=dict)
     partitions: tuple[dict[str, Any], ...] | None = None  # the only partitions it may touch
+    # a transaction's schema / spec changes (JSON of :class:`.Changes`): the rows are written
+    # under them, and the driver commits them just before the data
+    changes: str | None = None
 
     @classmethod
     def begin(
@@ -68,9 +73,13 @@ class StagedWrite:
         mode: WriteMode = "append",
         commit_properties: dict[str, str] | None = None,
         partitions: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        changes: Changes | None = None,
     ) -> StagedWrite:
         """Plan a write into ``ns`` at its latest manifest version (driver side); see
-        :meth:`PartitionedNamespace.write` for ``partitions``."""
+        :meth:`PartitionedNamespace.write` for ``partitions``. With ``changes`` (a
+        transaction's, see :meth:`.Transaction.detach_changes`), the rows are written under
+        the schema and spec they make, and they are committed together with the data."""
         mode = check_mode(mode)
         ns = state_of(ns)
         ns.refresh()
@@ -86,20 +95,28 @@ class StagedWrite:
             secrets.token_hex(8),
             dict(commit_properties or {}),
             None if partitions is None else tuple(dict(p) for p in partitions),
+            None if changes is None or not changes.updates else changes.to_json(),
         )
 
     def writer(self) -> PartitionWriter:
         """The partition writer of this write at its manifest version (the same in the driver
         and every worker: new partitions are named from the write id)."""
         store = ManifestStore(self.root, self.storage_options)
-        ns = NamespaceState(store, load_snapshot(store.dataset(self.manifest_version)), True)
+        snap = load_snapshot(store.dataset(self.manifest_version))
+        props = {**self.commit_properties, PROP_WRITE_ID: self.write_id}
+        if self.changes is not None:
+            changes = Changes.from_json(self.changes)
+            snap = apply_to(snap, changes.updates)
+            store = ChangesFirstStore(store, changes)
+            props.update(changes.properties())
+        ns = NamespaceState(store, snap, True)
         return PartitionWriter(
             store,
             ns.snapshot,
             ns.schema_with_ids,
             ns.current_spec,
             self.mode,
-            commit_properties={**self.commit_properties, "write_id": self.write_id},
+            commit_properties=props,
             partitions=self.partitions,
             naming=NamespaceNaming.of(ns.snapshot, ns.current_spec.spec_id, self.write_id),
         )

@@ -54,6 +54,25 @@ def _specs_of(entries: tuple[tuple[str, str], ...]) -> list[PartitionSpec]:
     return list(_specs(entries))
 
 
+def registered_partitions(snap: ManifestSnapshot) -> list[dict[str, Any]]:
+    """Every partition table ``snap`` registers: object id, location, spec id, partition values
+    (field id -> value) and the pinned read version, branch and tag."""
+    out = []
+    for t in snap.tables():
+        out.append(
+            {
+                "object_id": t.object_id,
+                "location": t.location,
+                "spec_id": t.spec_id,
+                "values": t.partition_values(snap.specs[t.spec_id]),
+                "read_version": t.read_version,
+                "read_branch": t.read_branch,
+                "read_tag": t.read_tag,
+            }
+        )
+    return out
+
+
 @functools.lru_cache(maxsize=64)
 def _parsed_schema(text: str) -> pa.Schema:
     """The namespace schema of a ``schema`` metadata value (parsed once per distinct text)."""

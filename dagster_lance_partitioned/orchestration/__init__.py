@@ -3,6 +3,7 @@ storing assets in them and, built on them, asset checks, sensors and the mainten
 ``dg`` component is
 ``dagster_lance_partitioned.orchestration.component.LancePartitionedComponent``."""
 
+from ..core.row_changes.merge import MergeOptions
 from .checks import build_lance_partitioned_checks
 from .errors import (
     EvolutionRefusedError,
@@ -12,6 +13,7 @@ from .errors import (
     MissingUpstreamPartitionsError,
     PartitionKeyMismatchError,
     PartitionLayoutError,
+    RetentionRuleError,
     StorageRootError,
     UnsupportedTypeError,
 )
@@ -34,7 +36,7 @@ from .maintenance import (
     build_lance_maintenance_job,
     build_lance_maintenance_schedule,
 )
-from .output import MergeOptions, OutputSlice
+from .output import OutputSlice
 from .resource import LancePartitionedResource
 from .sensors import build_lance_external_change_sensor, build_lance_schema_sensor
 
@@ -58,6 +60,7 @@ __all__ = [
     "PartitionLayoutError",
     "ReadRequest",
     "RetentionRule",
+    "RetentionRuleError",
     "SparkHandler",
     "StorageRootError",
     "TypeHandler",

@@ -18,7 +18,8 @@ from ..core import health
 from ..core.manifest import ManifestSnapshot, TableEntry
 from ..core.namespace import PartitionedNamespace
 from ..core.state import NamespaceState
-from .indexes import COVERAGE_COLUMNS, INDEXES, UnindexedBound
+from .indexes import COVERAGE_COLUMNS, UnindexedBound
+from .metadata_keys import INDEXES, MANIFEST_VERSION
 from .watched import Lake, WatchedAsset, watched_assets
 
 CHECKS = ("schema", "read_versions", "integrity", "coverage", "indexes")
@@ -166,7 +167,7 @@ def _checks_of(
                 description=description,
                 metadata={
                     **metadata,
-                    "lance/manifest_version": ns.version,
+                    MANIFEST_VERSION: ns.version,
                     "dagster/uri": dg.MetadataValue.path(w.uri),
                 },
             )
@@ -181,7 +182,7 @@ def _where(w: WatchedAsset, ns: PartitionedNamespace, spec_id: int, values: dict
 
 
 def _spec_of(ns: PartitionedNamespace) -> dict[str, int]:
-    return {p["object_id"]: p["spec_id"] for p in ns.partitions()}
+    return {p["object_id"]: p["spec_id"] for p in ns.inspect.partitions()}
 
 
 def _result(passed: bool, description: str, **metadata: Any) -> Outcome:
@@ -338,7 +339,9 @@ def _coverage(
     if w.layout is None:
         return _result(True, "unpartitioned asset: nothing to compare")
     registered = {
-        key for p in ns.partitions() if (key := w.key_of(ns, p["spec_id"], p["values"])) is not None
+        key
+        for p in ns.inspect.partitions()
+        if (key := w.key_of(ns, p["spec_id"], p["values"])) is not None
     }
     materialized = set(context.instance.get_materialized_partitions(w.key))
     if w.partitions_def is not None:  # keys of an older partitioning are not compared
@@ -372,7 +375,10 @@ def _index_coverage(w: WatchedAsset, ns: PartitionedNamespace, bound: UnindexedB
     undeclared = [r.name for r in w.indexes if r.name not in declared]
     where: dict[str, str] = {}
     if any(c.needing for c in coverages):
-        where = {p["object_id"]: _where(w, ns, p["spec_id"], p["values"]) for p in ns.partitions()}
+        where = {
+            p["object_id"]: _where(w, ns, p["spec_id"], p["values"])
+            for p in ns.inspect.partitions()
+        }
     rows = []
     over = []
     needing: list[dict[str, str]] = []
@@ -484,7 +490,7 @@ def _partition_checks_of(
                     passed=passed,
                     metadata={
                         **metadata,
-                        **({"lance/manifest_version": ns.version} if ns is not None else {}),
+                        **({MANIFEST_VERSION: ns.version} if ns is not None else {}),
                         "dagster/uri": dg.MetadataValue.path(w.uri),
                     },
                     target_materialization_data=targets.get(key),

@@ -19,12 +19,86 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
+from ..core.filters import FilterLike
 from ..core.namespace import PartitionedNamespace
 from ..core.row_changes import RowChangeResult
+from ..core.spec import PartitionSpec
+from ..core.transaction import Transaction
 from ..core.write import WriteMode, WriteResult
 from .errors import UnsupportedTypeError
 
 T = TypeVar("T")
+
+
+class InTransaction:
+    """A namespace as a transaction sees it: a type handler writes or merges into it as into
+    a :class:`PartitionedNamespace`, and its write joins the transaction's schema and spec
+    changes (the result comes with the transaction's; these methods return None)."""
+
+    def __init__(self, ns: PartitionedNamespace, tx: Transaction) -> None:
+        self.namespace = ns
+        self.transaction = tx
+
+    @property
+    def uri(self) -> str:
+        """The namespace root."""
+        return self.namespace.uri
+
+    @property
+    def storage_options(self) -> dict[str, str] | None:
+        """Storage options of the namespace's tables."""
+        return self.namespace.storage_options
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The schema the write is made under (the transaction's changes applied)."""
+        return self.transaction.schema
+
+    @property
+    def current_spec(self) -> PartitionSpec:
+        """The spec the write is partitioned by (the transaction's changes applied)."""
+        return self.transaction.current_spec
+
+    def write(
+        self,
+        data: Any,
+        mode: WriteMode = "append",
+        *,
+        commit_properties: dict[str, str] | None = None,
+        partitions: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None:
+        """``PartitionedNamespace.write``, in the transaction."""
+        self.transaction.write(
+            data, mode, commit_properties=commit_properties, partitions=partitions
+        )
+
+    def merge_insert(
+        self,
+        data: Any,
+        on: str | Sequence[str],
+        *,
+        when_matched: str = "update",
+        when_not_matched: str = "insert",
+        when_not_matched_by_source: str = "keep",
+        scope: FilterLike = None,
+        commit_properties: dict[str, str] | None = None,
+        confine: FilterLike = None,
+    ) -> None:
+        """``PartitionedNamespace.merge_insert``, in the transaction."""
+        self.transaction.merge_insert(
+            data,
+            on,
+            when_matched=when_matched,
+            when_not_matched=when_not_matched,
+            when_not_matched_by_source=when_not_matched_by_source,
+            scope=scope,
+            commit_properties=commit_properties,
+            confine=confine,
+        )
+
+
+WriteTarget = PartitionedNamespace | InTransaction
+"""Where a handler writes: a namespace, or one inside a transaction."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +193,7 @@ class TypeHandler(abc.ABC, Generic[T]):
         """The Arrow schema of ``obj``'s rows."""
         return self.to_arrow(obj).schema
 
-    def write(self, obj: T, ns: PartitionedNamespace, request: WriteRequest) -> WriteResult | None:
+    def write(self, obj: T, ns: WriteTarget, request: WriteRequest) -> WriteResult | None:
         """Write ``obj`` into ``ns`` (one manifest commit); None when nothing was committed."""
         return ns.write(
             self.to_arrow(obj),
@@ -128,7 +202,7 @@ class TypeHandler(abc.ABC, Generic[T]):
             commit_properties=dict(request.commit_properties),
         )
 
-    def merge(self, obj: T, ns: PartitionedNamespace, request: MergeRequest) -> RowChangeResult:
+    def merge(self, obj: T, ns: WriteTarget, request: MergeRequest) -> RowChangeResult | None:
         """Merge ``obj``'s rows into ``ns`` on ``request.on`` (one manifest commit)."""
         return ns.merge_insert(
             self.to_arrow(obj),
@@ -271,27 +345,29 @@ class SparkHandler(TypeHandler[Any]):
 
         return arrow_schema(obj.schema)
 
-    def write(
-        self, obj: Any, ns: PartitionedNamespace, request: WriteRequest
-    ) -> WriteResult | None:
+    def write(self, obj: Any, ns: WriteTarget, request: WriteRequest) -> WriteResult | None:
         from ..spark import register, write_dataframe
 
         register(obj.sparkSession)  # idempotent; the session may not know the format yet
+        # in a transaction, the Spark driver commits its changes just before the data
+        changes = ns.transaction.detach_changes() if isinstance(ns, InTransaction) else None
+        target = ns.namespace if isinstance(ns, InTransaction) else ns
         # the result comes back through the namespace (the commit records it), also from a
         # Spark Connect server on another machine; None: Spark committed nothing
         result = write_dataframe(
             obj,
-            ns.uri,
+            target.uri,
             request.mode,
             partition_values=request.partitions,
-            storage_options=ns.storage_options,
+            storage_options=target.storage_options,
             commit_properties=dict(request.commit_properties),
+            changes=changes,
         )
         assert not isinstance(result, RowChangeResult)  # only mode "merge" gives one
         if result is None and request.partitions and request.mode == "overwrite_partitions":
             # Spark committed nothing (no rows): the named partitions still become empty
             empty = pa.Table.from_batches([], schema=self.schema(obj))
-            result = ns.write(
+            result = target.write(
                 empty,
                 request.mode,
                 partitions=request.partitions,
@@ -299,11 +375,15 @@ class SparkHandler(TypeHandler[Any]):
             )
         return result
 
-    def merge(self, obj: Any, ns: PartitionedNamespace, request: MergeRequest) -> RowChangeResult:
+    def merge(self, obj: Any, ns: WriteTarget, request: MergeRequest) -> RowChangeResult | None:
         from ..spark import register
         from ..spark.merge import merge_dataframe
 
         register(obj.sparkSession)
+        if isinstance(ns, InTransaction):  # the changes first, then the distributed merge
+            ns.transaction.commit()
+            ns = ns.namespace
+            ns.refresh()
         # distributed; package errors raised in its tasks come back with their own class
         return merge_dataframe(
             obj,

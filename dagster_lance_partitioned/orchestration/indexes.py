@@ -35,9 +35,8 @@ from ..core.search.catalog import IndexCoverage, declared, summarize, table_stat
 from ..core.search.declaration import IndexDeclaration, canonical_type, declare
 from ..core.state import state_of
 from .errors import IndexDeclarationConflictError, IndexMetadataError
+from .metadata_keys import INDEX_PARTITIONS_NEEDING, INDEX_UNINDEXED_ROWS, INDEXES, scoped
 
-INDEXES = "lance/indexes"  # asset metadata: the indexes to declare; materialization: coverage
-INDEXES_DECLARED = "lance/indexes_declared"  # materialization: the indexes a run declared
 _RESERVED = ("column", "index_type", "name", "min_rows")  # other keys of an entry are params
 _SHAPE = (
     '[{"column": "<column>", "index_type": "<IVF_PQ | IVF_HNSW_SQ | IVF_FLAT | INVERTED | FTS '
@@ -336,15 +335,16 @@ def coverage_table(coverages: Sequence[IndexCoverage]) -> dg.TableMetadataValue:
     return dg.MetadataValue.table(records, schema)
 
 
-def coverage_metadata(prefix: str, coverages: Sequence[IndexCoverage]) -> dict[str, Any]:
-    """``<prefix>indexes`` (the coverage table) and, summed over the indexes and as integers
-    the UI plots, ``<prefix>index_partitions_needing`` and ``<prefix>index_unindexed_rows``."""
+def coverage_metadata(coverages: Sequence[IndexCoverage], run: bool = False) -> dict[str, Any]:
+    """``lance/indexes`` (the coverage table) and, summed over the indexes and as integers
+    the UI plots, ``lance/index_partitions_needing`` and ``lance/index_unindexed_rows``
+    (``lance/run_...`` with ``run``: a multi-key run's totals)."""
     return {
-        f"{prefix}indexes": coverage_table(coverages),
-        f"{prefix}index_partitions_needing": dg.MetadataValue.int(
+        scoped(INDEXES, run): coverage_table(coverages),
+        scoped(INDEX_PARTITIONS_NEEDING, run): dg.MetadataValue.int(
             sum(c.partitions_needing for c in coverages)
         ),
-        f"{prefix}index_unindexed_rows": dg.MetadataValue.int(
+        scoped(INDEX_UNINDEXED_ROWS, run): dg.MetadataValue.int(
             sum(c.unindexed_rows for c in coverages)
         ),
     }

@@ -26,8 +26,6 @@ from ..core.errors import (
     CommitConflictError,
     NamespaceNotFoundError,
     PartitionedNamespaceError,
-    SchemaError,
-    SpecError,
     StorageError,
     UnnamedPartitionError,
     WriteError,
@@ -38,8 +36,10 @@ from ..core.health import parallel_map
 from ..core.namespace import PartitionedNamespace
 from ..core.partition_by import parse_partition_by
 from ..core.row_changes import RowChangeResult
+from ..core.row_changes.merge import MergeOptions
 from ..core.scan import open_table
 from ..core.spec import PartitionField, resolve_fields
+from ..core.transaction import Transaction
 from ..core.write import WriteResult, check_mode
 from .errors import (
     EvolutionRefusedError,
@@ -49,6 +49,7 @@ from .errors import (
     StorageRootError,
 )
 from .handlers import (
+    InTransaction,
     MergeRequest,
     ReadRequest,
     TypeHandler,
@@ -59,8 +60,6 @@ from .handlers import (
     handler_for_type,
 )
 from .indexes import (
-    INDEXES,
-    INDEXES_DECLARED,
     check_requests,
     coverage_metadata,
     coverage_over,
@@ -68,21 +67,43 @@ from .indexes import (
     declare_requested,
 )
 from .layout import Layout
+from .metadata_keys import (
+    ALLOW_MISSING,
+    BYTES_WRITTEN,
+    COMMITTED,
+    ENGINE,
+    INDEXES,
+    INDEXES_DECLARED,
+    MANIFEST_VERSION,
+    MERGE_ON,
+    PARTITION_BY,
+    PARTITION_ROW_COUNTS,
+    PARTITIONS_REMOVED,
+    PARTITIONS_WRITTEN,
+    READ_VERSIONS,
+    ROWS_DELETED,
+    ROWS_INSERTED,
+    ROWS_MOVED,
+    ROWS_UPDATED,
+    RUN_PARTITION_KEYS,
+    RUN_ROWS_WRITTEN,
+    SCHEMA_UPDATE_MODE,
+    SIZE_WRITTEN,
+    SPEC_UPDATE_MODE,
+    SPEC_UPDATED,
+    SPEC_VERSION,
+    VERSION,
+    WRITE_MODE,
+    scoped,
+)
 from .output import (
     MERGE,
-    MERGE_ON,
-    MergeOptions,
     OutputSlice,
     OutputValue,
+    check_merge_columns,
 )
 from .resource import LancePartitionedResource, namespace_uri
 
-PARTITION_BY = "lance/partition_by"
-SPEC_UPDATE_MODE = "lance/partition_spec_update_mode"
-SCHEMA_UPDATE_MODE = "lance/schema_update_mode"
-VERSION = "lance/version"
-ALLOW_MISSING = "lance/allow_missing_partitions"  # input metadata: load absent keys as no rows
-MANIFEST_VERSION = "lance/manifest_version"
 UPDATE_MODES = ("update", "error")
 OPEN_ATTEMPTS = 5  # opens of a namespace that another run is creating at that instant
 EVOLVE_ATTEMPTS = 10  # re-evaluations of a schema / spec change racing other runs' changes
@@ -190,19 +211,30 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             handlers = self._handlers()
             value = OutputValue(obj, handler_for_object(obj, out.asset, handlers), handlers)
             check_requests(out.asset, out.indexes, value.schema)
-            ns, spec_changed = self._prepare(out, value)
-            declared_now = declare_requested(out.asset, ns, out.indexes)
-            if declared_now:
+            for attempt in range(1, EVOLVE_ATTEMPTS + 1):
+                ns, tx, spec_changed = self._prepare(out, value)
+                declared_now = declare_requested(out.asset, ns, out.indexes)
+                if declared_now:
+                    context.log.info(
+                        f"{out.asset}: declared index(es) {', '.join(declared_now)} ({INDEXES}) "
+                        f"on {uri}; this run's write indexes the partition tables it writes"
+                    )
                 context.log.info(
-                    f"{out.asset}: declared index(es) {', '.join(declared_now)} ({INDEXES}) on "
-                    f"{uri}; this run's write indexes the partition tables it writes"
+                    f"writing {out.asset} into {uri} ({out.mode}"
+                    + (f", {len(out.keys)} partition key(s)" if out.keys is not None else "")
+                    + f", spec v{tx.current_spec.spec_id}"
+                    + (", schema / spec changes in the same transaction" if tx.has_changes else "")
+                    + ")"
                 )
-            context.log.info(
-                f"writing {out.asset} into {uri} ({out.mode}"
-                + (f", {len(out.keys)} partition key(s)" if out.keys is not None else "")
-                + f", spec v{ns.current_spec.spec_id})"
-            )
-            result = self._write(out, value, ns)
+                try:
+                    result = self._write(out, value, ns, tx)
+                    break
+                except CommitConflictError:
+                    # another run changed the schema / spec differently meanwhile and nothing
+                    # of this one is visible: evaluate the changes again on the latest version
+                    if not tx.has_changes or tx.committed or attempt == EVOLVE_ATTEMPTS:
+                        raise
+                    context.log.info(f"{out.asset}: {uri} changed meanwhile; retrying")
             ns.refresh()
             shared, per_key = self._describe(out, value, ns, result, spec_changed)
             self._describe_indexes(context, out, ns, result, shared, per_key, declared_now)
@@ -218,20 +250,22 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         if per_key:
             context.log.info(_run_summary(out.asset, ns.version, shared, len(per_key)))
             if not _add_partition_metadata(context, per_key):
-                shared["lance/partition_row_counts"] = dg.MetadataValue.json(
+                shared[PARTITION_ROW_COUNTS] = dg.MetadataValue.json(
                     {k: m["dagster/partition_row_count"] for k, m in per_key.items()}
                 )
             _emit_in_partition_order(context)
         context.add_output_metadata(shared)
 
-    def _prepare(self, out: OutputSlice, value: OutputValue) -> tuple[PartitionedNamespace, bool]:
-        """The namespace ``out`` writes into, created or evolved (schema, partition spec) for
-        ``value``; True when its partitioning changed. Everything that would change the
-        namespace before the data commit is checked first (update modes, merge keys, and --
-        before any such change -- that every row is one of the run's keys), so a refused run
-        leaves it exactly as it was."""
+    def _prepare(
+        self, out: OutputSlice, value: OutputValue
+    ) -> tuple[PartitionedNamespace, Transaction, bool]:
+        """The namespace ``out`` writes into (created when missing), the transaction that
+        evolves it for ``value`` (schema, partition spec; not committed yet) and whether its
+        partitioning changes. Everything that would change the namespace is checked first
+        (update modes, merge keys, and that every row is one of the run's keys), and the
+        changes are committed with the data, so a refused run leaves it exactly as it was."""
         if out.merge is not None:
-            out.merge.check_columns(out.asset, value.schema)
+            check_merge_columns(out.asset, out.merge, value.schema)
 
         def create() -> PartitionedNamespace:
             fields = self._fields(out.asset, value.schema, out.layout, out.metadata)
@@ -244,15 +278,27 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             )
 
         ns = self._open_or_create(out.uri, create)
-        spec_changed = self._evolve(
+        tx, spec_changed = self._evolve(
             ns, out.asset, value.schema, out.layout, out.metadata, lambda: value.check_rows(out)
         )
-        return ns, spec_changed
+        return ns, tx, spec_changed
 
     def _write(
-        self, out: OutputSlice, value: OutputValue, ns: PartitionedNamespace
+        self, out: OutputSlice, value: OutputValue, ns: PartitionedNamespace, tx: Transaction
     ) -> WriteResult | RowChangeResult | None:
-        """Hand the rows to the handler: a merge, or a write of exactly the run's partitions."""
+        """Hand the rows to the handler: a merge, or a write of exactly the run's partitions,
+        in ``tx`` with its schema / spec changes (see :class:`.InTransaction`)."""
+        if not tx.has_changes:
+            return self._write_into(out, value, ns)
+        with tx:
+            returned = self._write_into(out, value, InTransaction(ns, tx))
+        # a handler writing in this process added its data to tx; Spark's driver committed
+        # the changes with its own data
+        return tx.result.data if tx.result.data is not None else returned
+
+    def _write_into(
+        self, out: OutputSlice, value: OutputValue, ns: PartitionedNamespace | InTransaction
+    ) -> WriteResult | RowChangeResult | None:
         if out.merge is not None:
             return self._merge(out, out.merge, value, ns)
         request = WriteRequest(check_mode(out.mode), out.partitions(ns), out.commit_properties)
@@ -262,8 +308,12 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             raise out.stray_row(ns.schema, e.values.values(), e.sample) from e
 
     def _merge(
-        self, out: OutputSlice, merge: MergeOptions, value: OutputValue, ns: PartitionedNamespace
-    ) -> RowChangeResult:
+        self,
+        out: OutputSlice,
+        merge: MergeOptions,
+        value: OutputValue,
+        ns: PartitionedNamespace | InTransaction,
+    ) -> RowChangeResult | None:
         """Merge the output on its keys. For a partitioned asset the merge is the run's keys':
         a row of another key, or an input key stored in a partition of another key (the merge
         would move it out of there; refused by the merge itself, ``confine``, on the manifest
@@ -319,33 +369,32 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             "dagster/table_name": out.asset,
             "dagster/column_schema": column_schema(ns.schema),
             MANIFEST_VERSION: ns.version,
-            "lance/spec_version": ns.current_spec.spec_id,
-            "lance/spec_updated": spec_changed,
+            SPEC_VERSION: ns.current_spec.spec_id,
+            SPEC_UPDATED: spec_changed,
         }
         total: int | None = None  # the namespace's rows, when they are the count to report
         keys, layout = out.keys, out.layout
         # a run of several keys: each key's event carries its own numbers, the run's totals
         # are named lance/run_*
         several = keys is not None and len(keys) > 1 and layout is not None
-        run = "lance/run_" if several else "lance/"
         if isinstance(result, RowChangeResult):
-            tables, total = self._merge_metadata(out, ns, result, meta, run)
+            tables, total = self._merge_metadata(out, ns, result, meta, several)
         else:
             tables = [_Table.written(p) for p in result.partitions] if result else []
-            meta[f"{run}partitions_written"] = len(tables)
-            meta.update(_bytes_metadata(run, result.bytes_written if result else 0))
+            meta[scoped(PARTITIONS_WRITTEN, several)] = len(tables)
+            meta.update(_bytes_metadata(result.bytes_written if result else 0, several))
             if result is not None and result.removed:
-                meta[f"{run}partitions_removed"] = len(result.removed)
-        meta["lance/engine"] = value.handler.engine or "arrow"
+                meta[scoped(PARTITIONS_REMOVED, several)] = len(result.removed)
+        meta[ENGINE] = value.handler.engine or "arrow"
         rows = sum(t.rows for t in tables) if total is None else total
         if not several:
-            meta["lance/read_versions"] = dg.MetadataValue.json(_read_versions(tables, layout))
+            meta[READ_VERSIONS] = dg.MetadataValue.json(_read_versions(tables, layout))
             meta["dagster/row_count" if keys is None else "dagster/partition_row_count"] = rows
             return meta, {}
         assert keys is not None and layout is not None
         if not isinstance(result, RowChangeResult):
-            meta["lance/run_rows_written"] = rows
-        meta["lance/run_partition_keys"] = len(keys)
+            meta[RUN_ROWS_WRITTEN] = rows
+        meta[RUN_PARTITION_KEYS] = len(keys)
         return meta, _per_key_metadata(tables, keys, layout, isinstance(result, RowChangeResult))
 
     def _describe_indexes(
@@ -383,9 +432,9 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         )
         if not total:
             return
-        shared.update(coverage_metadata("lance/run_" if several else "lance/", total))
+        shared.update(coverage_metadata(total, run=several))
         for key, meta in per_key.items():
-            meta.update(coverage_metadata("lance/", by_key[key]))
+            meta.update(coverage_metadata(by_key[key]))
         scope = "the run's partition keys" if out.partitioned else "the tables the run wrote"
         context.log.info(f"{out.asset}: indexes over {scope}: {coverage_summary(total)}")
 
@@ -395,28 +444,29 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         ns: PartitionedNamespace,
         result: RowChangeResult,
         meta: dict[str, Any],
-        run: str = "lance/",
+        run: bool = False,
     ) -> tuple[list[_Table], int | None]:
         """Add a merge's own metadata to ``meta`` (rows inserted / updated / deleted / moved,
-        partition tables changed; named ``<run>rows_inserted``, ...: ``lance/run_`` for the
-        totals of a run of several keys). Returns the tables describing it, with their rows
-        after it: those of the run's keys (current spec; ``changed`` when the merge wrote
-        them) -- for an unpartitioned asset the changed ones, and the namespace's row count."""
+        partition tables changed; named ``lance/rows_inserted``, ...: with ``run``, the totals
+        of a run of several keys, ``lance/run_...``). Returns the tables describing it, with
+        their rows after it: those of the run's keys (current spec; ``changed`` when the merge
+        wrote them) -- for an unpartitioned asset the changed ones, and the namespace's row
+        count."""
         assert out.merge is not None
         meta.update(
             {
-                "lance/write_mode": MERGE,
-                "lance/merge_on": dg.MetadataValue.json(list(out.merge.on)),
-                f"{run}rows_inserted": dg.MetadataValue.int(result.rows_inserted),
-                f"{run}rows_updated": dg.MetadataValue.int(result.rows_updated),
-                f"{run}rows_deleted": dg.MetadataValue.int(result.rows_deleted),
-                f"{run}rows_moved": dg.MetadataValue.int(result.rows_moved),
-                f"{run}partitions_written": len(result.partitions),
-                "lance/committed": result.committed,
+                WRITE_MODE: MERGE,
+                MERGE_ON: dg.MetadataValue.json(list(out.merge.on)),
+                scoped(ROWS_INSERTED, run): dg.MetadataValue.int(result.rows_inserted),
+                scoped(ROWS_UPDATED, run): dg.MetadataValue.int(result.rows_updated),
+                scoped(ROWS_DELETED, run): dg.MetadataValue.int(result.rows_deleted),
+                scoped(ROWS_MOVED, run): dg.MetadataValue.int(result.rows_moved),
+                scoped(PARTITIONS_WRITTEN, run): len(result.partitions),
+                COMMITTED: result.committed,
             }
         )
         if result.partitions_removed:
-            meta[f"{run}partitions_removed"] = len(result.partitions_removed)
+            meta[scoped(PARTITIONS_REMOVED, run)] = len(result.partitions_removed)
         changed = set(result.partitions)
         if not out.partitioned:
             tables = _counted(ns, None, self.storage_options, changed)
@@ -467,41 +517,28 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         layout: Layout | None,
         meta: Mapping[str, Any],
         check_rows: Callable[[], None],
-    ) -> bool:
-        """Adopt the output's added columns and widened types and a changed partitioning, after
-        checking the update modes and (``check_rows``) that every row is a targeted key; True
-        when the output's partitioning differed from the namespace's current spec.
-
-        Safe against concurrent runs evolving the same namespace: a change that fails after
-        another run committed is re-evaluated on the latest namespace (a change already made
-        is not made again); one that fails on an unchanged namespace is raised."""
-        spec_changed: bool | None = None
-        for _attempt in range(EVOLVE_ATTEMPTS):
-            fields = self._fields(asset, self._target(ns, schema), layout, meta)
-            added, widened = self._schema_changes(ns, schema)
-            changes_spec = not self._same_spec(ns, fields)
-            if spec_changed is None:
-                spec_changed = changes_spec
-            if not (added or widened or changes_spec):
-                return spec_changed
-            self._refuse(asset, meta, ns, added, widened, changes_spec, fields)
-            check_rows()
-            seen = ns.version
-            try:
-                if added:
-                    ns.add_columns(added)
-                for name, typ in widened:
-                    ns.promote_column(name, typ)
-                if changes_spec:
-                    ns.update_spec(fields)
-            except (CommitConflictError, SchemaError, SpecError):
-                ns.refresh()
-                if ns.version == seen:
-                    raise  # nobody else changed the namespace: the change itself is refused
-        raise CommitConflictError(
-            f"asset {asset}: {ns.uri} kept changing under this run's schema / partition spec "
-            f"update ({EVOLVE_ATTEMPTS} attempts); retry the run"
-        )
+    ) -> tuple[Transaction, bool]:
+        """A transaction holding the changes that adopt the output's added columns, widened
+        types and changed partitioning (none: nothing to adopt), after checking the update
+        modes and (``check_rows``) that every row is a targeted key; True when the output's
+        partitioning differs from the namespace's current spec. Concurrent runs making the
+        same changes converge when they commit (see :mod:`~..core.transaction`)."""
+        ns.refresh()
+        tx = ns.transaction()
+        fields = self._fields(asset, self._target(ns, schema), layout, meta)
+        added, widened = self._schema_changes(ns, schema)
+        changes_spec = not self._same_spec(ns, fields)
+        if not (added or widened or changes_spec):
+            return tx, False
+        self._refuse(asset, meta, ns, added, widened, changes_spec, fields)
+        check_rows()
+        if added:
+            tx.add_columns(added)
+        for name, typ in widened:
+            tx.promote_column(name, typ)
+        if changes_spec:
+            tx.update_spec(fields)
+        return tx, changes_spec
 
     @staticmethod
     def _schema_changes(
@@ -829,20 +866,20 @@ def _per_key_metadata(
         written = [t for t in mine[k] if t.changed]
         out[k] = {
             "dagster/partition_row_count": sum(t.rows for t in mine[k]),
-            "lance/read_versions": dg.MetadataValue.json(_read_versions(mine[k], layout)),
-            "lance/partitions_written": len(written),
+            READ_VERSIONS: dg.MetadataValue.json(_read_versions(mine[k], layout)),
+            PARTITIONS_WRITTEN: len(written),
         }
         if not merge:
-            out[k].update(_bytes_metadata("lance/", sum(t.bytes for t in written)))
+            out[k].update(_bytes_metadata(sum(t.bytes for t in written)))
     return out
 
 
-def _bytes_metadata(prefix: str, n: int) -> dict[str, Any]:
-    """``<prefix>bytes_written`` (an integer, which the UI plots) and ``<prefix>size_written``
-    (the same as text a person reads, e.g. ``2.8 MiB``)."""
+def _bytes_metadata(n: int, run: bool = False) -> dict[str, Any]:
+    """``lance/bytes_written`` (an integer, which the UI plots) and ``lance/size_written`` (the
+    same as text a person reads, e.g. ``2.8 MiB``); ``lance/run_...`` with ``run``."""
     return {
-        f"{prefix}bytes_written": dg.MetadataValue.int(n),
-        f"{prefix}size_written": dg.MetadataValue.text(_human_size(n)),
+        scoped(BYTES_WRITTEN, run): dg.MetadataValue.int(n),
+        scoped(SIZE_WRITTEN, run): dg.MetadataValue.text(_human_size(n)),
     }
 
 
@@ -859,17 +896,17 @@ def _human_size(n: int) -> str:
 def _run_summary(asset: str, version: int, meta: Mapping[str, Any], keys: int) -> str:
     """One line with a multi-key run's totals, for the run's log."""
 
-    def num(name: str) -> Any:
-        value = meta.get(f"lance/run_{name}")
+    def num(key: str) -> Any:
+        value = meta.get(scoped(key, True))
         return getattr(value, "value", value)
 
-    parts = [f"{keys} partition keys", f"{num('partitions_written')} partition table(s) written"]
-    if meta.get("lance/run_rows_written") is not None:
-        parts.append(f"{num('rows_written')} rows, {num('size_written')}")
+    parts = [f"{keys} partition keys", f"{num(PARTITIONS_WRITTEN)} partition table(s) written"]
+    if meta.get(RUN_ROWS_WRITTEN) is not None:
+        parts.append(f"{num(RUN_ROWS_WRITTEN)} rows, {num(SIZE_WRITTEN)}")
     else:
         parts.append(
-            f"rows inserted {num('rows_inserted')}, updated {num('rows_updated')}, "
-            f"deleted {num('rows_deleted')}, moved {num('rows_moved')}"
+            f"rows inserted {num(ROWS_INSERTED)}, updated {num(ROWS_UPDATED)}, "
+            f"deleted {num(ROWS_DELETED)}, moved {num(ROWS_MOVED)}"
         )
     return f"{asset}: manifest version {version}: " + ", ".join(parts)
 

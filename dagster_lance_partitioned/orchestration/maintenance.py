@@ -12,11 +12,13 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
+from ..core.commit_summary import PROP_DAGSTER_ASSET_KEY, PROP_DAGSTER_RUN_ID, PROP_SOURCE
 from ..core.filters import quote_ident, sql_literal
 from ..core.namespace import PartitionedNamespace
 from ..core.search.catalog import declared
 from .errors import RetentionRuleError
 from .indexes import coverage_metadata
+from .metadata_keys import MAINTENANCE, MANIFEST_VERSION, ROWS_DELETED
 from .watched import Lake, WatchedAsset, watched_assets
 
 # commit property dlp.source of the job's retention deletes (the external change sensor
@@ -133,42 +135,44 @@ def build_lance_maintenance_job(
             if rule is not None:
                 done["retention"] = _retention(context, w, ns, rule, now)
                 deleted[asset] = done["retention"]["rows_deleted"]
-                metadata["lance/rows_deleted"] = dg.MetadataValue.int(deleted[asset])
+                metadata[ROWS_DELETED] = dg.MetadataValue.int(deleted[asset])
             if config.compact:
-                done["compact"] = _plain(ns.compact())
+                done["compact"] = _plain(ns.maintenance.compact())
             if config.optimize_indexes and declared(ns.refresh()):
                 # after compaction, which builds the indexes of the tables it rewrites over all
                 # their rows: optimizing first would rebuild (retrain) those twice. Recorded
                 # only for namespaces declaring indexes.
                 done["optimize_indexes"] = _optimized(ns)
             done["cleanup"] = _plain(
-                ns.cleanup(
+                ns.maintenance.cleanup(
                     older_than=dt.timedelta(hours=config.cleanup_older_than_hours),
                     keep_manifest_versions=config.keep_manifest_versions,
                 )
             )
-            done["vacuum"] = _plain(ns.vacuum(grace=dt.timedelta(hours=config.vacuum_grace_hours)))
+            done["vacuum"] = _plain(
+                ns.maintenance.vacuum(grace=dt.timedelta(hours=config.vacuum_grace_hours))
+            )
             coverages = ns.refresh().indexes()  # whole namespace; nothing opened without indexes
             if coverages:
-                metadata.update(coverage_metadata("lance/", coverages))
+                metadata.update(coverage_metadata(coverages))
             context.log.info(f"{asset} ({w.uri}): {json.dumps(done)}")
             yield dg.AssetObservation(
                 w.key,
                 metadata={
-                    "lance/maintenance": dg.MetadataValue.json(done),
+                    MAINTENANCE: dg.MetadataValue.json(done),
                     **metadata,
-                    "lance/manifest_version": ns.version,
+                    MANIFEST_VERSION: ns.version,
                 },
             )
         yield dg.Output(
             None,
-            metadata={"lance/rows_deleted": dg.MetadataValue.json(deleted)} if deleted else {},
+            metadata={ROWS_DELETED: dg.MetadataValue.json(deleted)} if deleted else {},
         )
 
     @dg.job(
         name=name,
         config={"ops": {f"{name}_op": {"config": base.model_dump()}}},
-        tags={"lance/maintenance": "true"},
+        tags={MAINTENANCE: "true"},
     )
     def _job() -> None:
         maintain()
@@ -190,14 +194,14 @@ def _retention(
     removed_keys = {
         p["object_id"]: w.key_of(ns, p["spec_id"], p["values"])
         or "/".join(f"{c}={v}" for c, v in p["values"].items())
-        for p in ns.partitions()
+        for p in ns.inspect.partitions()
     }
     result = ns.delete(
         sql,
         commit_properties={
-            "source": MAINTENANCE_SOURCE,
-            "dagster.run_id": context.run_id,
-            "dagster.asset_key": asset,
+            PROP_SOURCE: MAINTENANCE_SOURCE,
+            PROP_DAGSTER_RUN_ID: context.run_id,
+            PROP_DAGSTER_ASSET_KEY: asset,
             "retention": sql,
         },
     )

@@ -1,7 +1,8 @@
 """What an output writes, worked out before anything is touched: :class:`OutputSlice` (which
 part of which namespace, how -- the anchor is Dagster's ``TableSlice``), the merge options of a
-merge output (:class:`MergeOptions`), and the output value with its type handler
-(:class:`OutputValue`). The metadata keys that choose them are defined here."""
+merge output (the core's :class:`~..core.row_changes.merge.MergeOptions`, read from asset
+metadata by :func:`merge_options_of`), and the output value with its type handler
+(:class:`OutputValue`). The metadata keys that choose them are in :mod:`.metadata_keys`."""
 
 from __future__ import annotations
 
@@ -13,94 +14,98 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
+from ..core.commit_summary import (
+    PROP_DAGSTER_ASSET_KEY,
+    PROP_DAGSTER_PARTITION_KEYS,
+    PROP_DAGSTER_RUN_ID,
+    PROP_SOURCE,
+)
 from ..core.errors import MergeKeyError, WriteError
-from ..core.namespace import PartitionedNamespace
+from ..core.row_changes.merge import (
+    WHEN_MATCHED,
+    WHEN_NOT_MATCHED,
+    WHEN_NOT_MATCHED_BY_SOURCE,
+    MergeOptions,
+)
 from ..core.write import WRITE_MODES
 from .errors import PartitionKeyMismatchError
-from .handlers import ArrowTableHandler, TypeHandler
-from .indexes import INDEXES, IndexRequest, index_requests
+from .handlers import ArrowTableHandler, TypeHandler, WriteTarget
+from .indexes import IndexRequest, index_requests
 from .layout import Layout
+from .metadata_keys import (
+    INDEXES,
+    MERGE_ON,
+    MERGE_SCOPE,
+    MERGE_WHEN_MATCHED,
+    MERGE_WHEN_NOT_MATCHED,
+    MERGE_WHEN_NOT_MATCHED_BY_SOURCE,
+    WRITE_MODE,
+)
 
-WRITE_MODE = "lance/write_mode"
-MERGE_ON = "lance/merge_on"  # merge: the key columns
-MERGE_WHEN_MATCHED = "lance/merge_when_matched"
-MERGE_WHEN_NOT_MATCHED = "lance/merge_when_not_matched"
-MERGE_WHEN_NOT_MATCHED_BY_SOURCE = "lance/merge_when_not_matched_by_source"
-MERGE_SCOPE = "lance/merge_scope"  # merge: the stored rows a by-source delete may remove
 COMMIT_SOURCE = "dagster-lance-partitioned/io-manager"  # commit property dlp.source
 MERGE = "merge"
 OUTPUT_MODES = (*WRITE_MODES, MERGE)
-MERGE_CHOICES = {
-    MERGE_WHEN_MATCHED: ("update", "ignore"),
-    MERGE_WHEN_NOT_MATCHED: ("insert", "ignore"),
-    MERGE_WHEN_NOT_MATCHED_BY_SOURCE: ("keep", "delete"),
+MERGE_CHOICES = {  # the first is the default
+    MERGE_WHEN_MATCHED: WHEN_MATCHED,
+    MERGE_WHEN_NOT_MATCHED: WHEN_NOT_MATCHED,
+    MERGE_WHEN_NOT_MATCHED_BY_SOURCE: WHEN_NOT_MATCHED_BY_SOURCE,
 }
 
 
-@dataclass(frozen=True)
-class MergeOptions:
-    """A merge output's options, from asset metadata: the key columns ``on`` (``lance/
+def merge_options_of(asset: str, meta: Mapping[str, Any]) -> MergeOptions:
+    """A merge output's options from asset metadata: the key columns ``on`` (``lance/
     merge_on``), ``lance/merge_when_matched`` (update | ignore), ``lance/merge_when_not_matched``
     (insert | ignore), ``lance/merge_when_not_matched_by_source`` (keep | delete) and
-    ``lance/merge_scope`` (a filter: the stored rows such a delete may remove)."""
-
-    on: tuple[str, ...]
-    when_matched: str = "update"
-    when_not_matched: str = "insert"
-    when_not_matched_by_source: str = "keep"
-    scope: str | None = None
-
-    @classmethod
-    def of(cls, asset: str, meta: Mapping[str, Any]) -> MergeOptions:
-        """The options in ``meta``; :class:`MergeKeyError` for a missing or malformed
-        ``lance/merge_on`` (naming the column), :class:`WriteError` for other bad values."""
-        raw = meta.get(MERGE_ON)
-        if raw is None or raw == "" or raw == []:
-            raise MergeKeyError(
-                f"asset {asset}: {WRITE_MODE} is 'merge' but metadata {MERGE_ON} names no key "
-                f"column; give the columns that identify a row, e.g. {MERGE_ON}: ['id']",
-                None,
-            )
-        on = [raw] if isinstance(raw, str) else list(raw)
-        for name in on:
-            if not isinstance(name, str) or not name:
-                raise MergeKeyError(
-                    f"asset {asset}: {MERGE_ON} must be column names, got {name!r}", None
-                )
-            if on.count(name) > 1:
-                raise MergeKeyError(f"asset {asset}: {MERGE_ON} names {name!r} twice", name)
-        chosen = {}
-        for key, allowed in MERGE_CHOICES.items():
-            value = str(meta.get(key, allowed[0]))
-            if value not in allowed:
-                raise WriteError(
-                    f"asset {asset}: {key} {value!r} is not one of {', '.join(allowed)}"
-                )
-            chosen[key] = value
-        scope = meta.get(MERGE_SCOPE)
-        if scope is not None and chosen[MERGE_WHEN_NOT_MATCHED_BY_SOURCE] != "delete":
-            raise WriteError(
-                f"asset {asset}: {MERGE_SCOPE} limits the rows "
-                f"{MERGE_WHEN_NOT_MATCHED_BY_SOURCE}: 'delete' removes; without that it has no "
-                "effect"
-            )
-        return cls(
-            tuple(on),
-            chosen[MERGE_WHEN_MATCHED],
-            chosen[MERGE_WHEN_NOT_MATCHED],
-            chosen[MERGE_WHEN_NOT_MATCHED_BY_SOURCE],
-            str(scope) if scope is not None else None,
+    ``lance/merge_scope`` (a filter: the stored rows such a delete may remove);
+    :class:`MergeKeyError` for a missing or malformed ``lance/merge_on`` (naming the column),
+    :class:`WriteError` for other bad values."""
+    raw = meta.get(MERGE_ON)
+    if raw is None or raw == "" or raw == []:
+        raise MergeKeyError(
+            f"asset {asset}: {WRITE_MODE} is 'merge' but metadata {MERGE_ON} names no key "
+            f"column; give the columns that identify a row, e.g. {MERGE_ON}: ['id']",
+            None,
         )
+    on = [raw] if isinstance(raw, str) else list(raw)
+    for name in on:
+        if not isinstance(name, str) or not name:
+            raise MergeKeyError(
+                f"asset {asset}: {MERGE_ON} must be column names, got {name!r}", None
+            )
+        if on.count(name) > 1:
+            raise MergeKeyError(f"asset {asset}: {MERGE_ON} names {name!r} twice", name)
+    chosen = {}
+    for key, allowed in MERGE_CHOICES.items():
+        value = str(meta.get(key, allowed[0]))
+        if value not in allowed:
+            raise WriteError(f"asset {asset}: {key} {value!r} is not one of {', '.join(allowed)}")
+        chosen[key] = value
+    scope = meta.get(MERGE_SCOPE)
+    if scope is not None and chosen[MERGE_WHEN_NOT_MATCHED_BY_SOURCE] != "delete":
+        raise WriteError(
+            f"asset {asset}: {MERGE_SCOPE} limits the rows "
+            f"{MERGE_WHEN_NOT_MATCHED_BY_SOURCE}: 'delete' removes; without that it has no "
+            "effect"
+        )
+    return MergeOptions(
+        tuple(on),
+        chosen[MERGE_WHEN_MATCHED],
+        chosen[MERGE_WHEN_NOT_MATCHED],
+        chosen[MERGE_WHEN_NOT_MATCHED_BY_SOURCE],
+        str(scope) if scope is not None else None,
+    )
 
-    def check_columns(self, asset: str, schema: pa.Schema) -> None:
-        """Raise :class:`MergeKeyError` naming the first key column the output lacks."""
-        for name in self.on:
-            if schema.get_field_index(name) < 0:
-                raise MergeKeyError(
-                    f"asset {asset}: merge key {name!r} ({MERGE_ON}) is not a column of the "
-                    f"output (columns: {', '.join(schema.names)}); nothing was written",
-                    name,
-                )
+
+def check_merge_columns(asset: str, merge: MergeOptions, schema: pa.Schema) -> None:
+    """Raise :class:`MergeKeyError` naming the first key column of ``merge`` the output
+    lacks."""
+    for name in merge.on:
+        if schema.get_field_index(name) < 0:
+            raise MergeKeyError(
+                f"asset {asset}: merge key {name!r} ({MERGE_ON}) is not a column of the "
+                f"output (columns: {', '.join(schema.names)}); nothing was written",
+                name,
+            )
 
 
 @dataclass(frozen=True)
@@ -142,13 +147,13 @@ class OutputSlice:
                     f"asset {asset}: {WRITE_MODE} {mode!r} is not one of {', '.join(OUTPUT_MODES)}"
                 )
         props = {
-            "source": COMMIT_SOURCE,  # stored as dlp.source (core prefixes its properties)
-            "dagster.run_id": context.run_id,
-            "dagster.asset_key": asset,
+            PROP_SOURCE: COMMIT_SOURCE,  # stored as dlp.source (core prefixes its properties)
+            PROP_DAGSTER_RUN_ID: context.run_id,
+            PROP_DAGSTER_ASSET_KEY: asset,
         }
         if keys is not None:
-            props["dagster.partition_keys"] = json.dumps(list(keys))
-        merge = MergeOptions.of(asset, meta) if mode == MERGE else None
+            props[PROP_DAGSTER_PARTITION_KEYS] = json.dumps(list(keys))
+        merge = merge_options_of(asset, meta) if mode == MERGE else None
         indexes = index_requests(asset, meta.get(INDEXES))
         return cls(asset, uri, mode, layout, keys, meta, props, merge, indexes)
 
@@ -161,7 +166,7 @@ class OutputSlice:
         assert self.layout is not None and self.keys is not None
         return self.layout.row_filter(list(self.keys), schema)
 
-    def partitions(self, ns: PartitionedNamespace) -> list[dict[str, Any]] | None:
+    def partitions(self, ns: WriteTarget) -> list[dict[str, Any]] | None:
         """The partitions (``{field id: value}``) of the run's keys under the current spec:
         the only ones a write may touch (None: unpartitioned, any)."""
         if self.layout is None or self.keys is None:

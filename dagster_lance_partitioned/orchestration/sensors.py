@@ -15,16 +15,23 @@ import dagster as dg
 import pyarrow as pa
 
 from ..core.arrow_json import field_id
+from ..core.commit_summary import Operation
 from ..core.history import Commit, commits
-from ..core.retire import RETIRE_OPERATION
 from .io_manager import column_schema
 from .maintenance import MAINTENANCE_SOURCE
+from .metadata_keys import EXTERNAL, MANIFEST_VERSION, OPERATION, SCHEMA_CHANGES, WRITER
 from .output import COMMIT_SOURCE
 from .watched import Lake, WatchedAsset, watched_assets
 
 # commits of these operations change how data is stored (or indexed), not the data
 MAINTENANCE_OPERATIONS = frozenset(
-    {"compact", RETIRE_OPERATION, "create_index", "optimize_indexes", "drop_index"}
+    {
+        Operation.COMPACT,
+        Operation.RETIRE,
+        Operation.CREATE_INDEX,
+        Operation.OPTIMIZE_INDEXES,
+        Operation.DROP_INDEX,
+    }
 )
 # commits Dagster made itself: the IO manager's, and the maintenance job's retention deletes
 # (which that job reports as observations)
@@ -121,16 +128,18 @@ def _changed_keys(
 
 
 def _materialization(w: WatchedAsset, key: str | None, commit: Commit) -> dg.AssetMaterialization:
-    props = commit.properties or {}
+    summary = commit.summary
+    writer = summary.writer if summary is not None else None
+    operation = summary.operation if summary is not None else None
     return dg.AssetMaterialization(
         w.key,
         partition=key,
         description="changed outside Dagster",
         metadata={
-            "lance/manifest_version": commit.version,
-            "lance/external": True,
-            "lance/writer": props.get("writer", "unknown (not this package)"),
-            "lance/operation": props.get("operation", "unknown"),
+            MANIFEST_VERSION: commit.version,
+            EXTERNAL: True,
+            WRITER: "unknown (not this package)" if writer is None else writer,
+            OPERATION: "unknown" if operation is None else str(operation),
             "dagster/uri": dg.MetadataValue.path(w.uri),
         },
     )
@@ -276,8 +285,8 @@ def _schema_observation(w: WatchedAsset, ns: Any, changes: list[str]) -> dg.Asse
         description="; ".join(changes) or "schema metadata changed",
         metadata={
             "dagster/column_schema": column_schema(ns.schema),
-            "lance/schema_changes": dg.MetadataValue.json(changes),
-            "lance/manifest_version": ns.version,
+            SCHEMA_CHANGES: dg.MetadataValue.json(changes),
+            MANIFEST_VERSION: ns.version,
         },
     )
 
@@ -297,7 +306,7 @@ def _drift(ns: Any) -> _Drift:
 
     issues = health.check_schemas(ns)
     known = set(ns.schema.names)
-    pins = {p["object_id"]: p for p in ns.partitions()}
+    pins = {p["object_id"]: p for p in ns.inspect.partitions()}
     found: dict[str, set[pa.DataType]] = {}
     for issue in issues:
         if issue.column in known or issue.object_id not in pins:
@@ -332,6 +341,6 @@ def _drift_failure(w: WatchedAsset, ns: Any, issues: list[Any]) -> dg.AssetCheck
         description=f"{len(issues)} partition table schema problem(s) the sensor may not repair",
         metadata={
             "offenders": dg.MetadataValue.json(json.loads(json.dumps(offenders, default=str))),
-            "lance/manifest_version": ns.version,
+            MANIFEST_VERSION: ns.version,
         },
     )

@@ -11,9 +11,10 @@ import dagster as dg
 
 from ..core.errors import NamespaceNotFoundError
 from ..core.namespace import PartitionedNamespace
-from .indexes import INDEXES, IndexRequest, index_requests
+from .indexes import IndexRequest, index_requests
 from .io_manager import LancePartitionedIOManager
 from .layout import Layout
+from .metadata_keys import INDEXES
 from .resource import LancePartitionedResource
 
 Lake = LancePartitionedResource | LancePartitionedIOManager  # where the factories find namespaces

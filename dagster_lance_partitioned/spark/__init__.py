@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from .errors import ScatteredWriteWarning, SparkOptionError
 from .frames import read_dataframe, write_dataframe
 from .indexes import build_indexes
+from .merge import merge_dataframe
 from .options import FORMAT
 from .source import LancePartitionedDataSource, with_parallelism
 
@@ -24,6 +25,7 @@ __all__ = [
     "ScatteredWriteWarning",
     "SparkOptionError",
     "build_indexes",
+    "merge_dataframe",
     "read_dataframe",
     "register",
     "write_dataframe",

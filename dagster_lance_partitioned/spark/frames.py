@@ -6,23 +6,32 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping, Sequence
-from types import ModuleType
 from typing import Any, Literal
 
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 
+from ..core.changes import Changes, apply_to, commit_changes
 from ..core.errors import WriteError
 from ..core.filters import FilterLike
 from ..core.row_changes import RowChangeResult
 from ..core.spec import PartitionSpec, source_names, source_types
 from ..core.staged import StagedWrite
+from ..core.state import NamespaceState
 from ..core.transforms import Granularity
 from ..core.write import WRITE_MODES, WriteMode, WriteResult
 from . import options as opt
+from .merge import merge_dataframe
 from .result import find_result, package_error
+from .session import activate, functions_of, is_connect
 from .types import arrow_schema
-from .writer import PARTITIONS_OPTION, WRITE_ID_OPTION, encode_partitions, open_or_create
+from .writer import (
+    CHANGES_OPTION,
+    PARTITIONS_OPTION,
+    WRITE_ID_OPTION,
+    encode_partitions,
+    open_or_create,
+)
 
 # the Spark function computing each date part (Spark's ``day`` is ``dayofmonth``)
 _SPARK_DATE_PART = {
@@ -50,7 +59,7 @@ def read_dataframe(
     allows."""
     activate(spark)
     given = dict(options or {})
-    if not any(k.lower() == "minpartitions" for k in given) and not _is_connect(spark):
+    if not any(k.lower() == "minpartitions" for k in given) and not is_connect(spark):
         # the session's parallelism now (executors may have joined since registration)
         given["minPartitions"] = str(spark.sparkContext.defaultParallelism)
     reader = spark.read.format(opt.FORMAT).options(**given)
@@ -77,6 +86,12 @@ def write_dataframe(
     commit_properties: dict[str, str] | None = None,
     cluster: bool = True,
     on: str | Sequence[str] | None = None,
+    when_matched: str | None = None,
+    when_not_matched: str | None = None,
+    when_not_matched_by_source: str | None = None,
+    scope: FilterLike = None,
+    confine: FilterLike = None,
+    changes: Changes | None = None,
 ) -> WriteResult | RowChangeResult | None:
     """Write ``df`` into the namespace at ``uri`` through the ``lance_partitioned`` format and
     return what was written (rows and bytes per partition, read versions, manifest version);
@@ -96,30 +111,74 @@ def write_dataframe(
     The schema is checked on the driver before anything is written (SchemaMismatchError naming
     the column); the rows never leave the executors.
 
-    ``mode="merge"`` upserts on the key columns ``on`` instead, distributed, and returns a
-    :class:`RowChangeResult` (see :func:`~dagster_lance_partitioned.spark.merge.merge_dataframe`,
-    which also takes the merge's options)."""
-    if mode == "merge":
-        from .merge import merge_dataframe
+    ``mode="merge"`` upserts on the key columns ``on`` instead, distributed, into an existing
+    namespace and returns a :class:`RowChangeResult`: ``when_matched``, ``when_not_matched``,
+    ``when_not_matched_by_source``, ``scope`` and ``confine`` are
+    :func:`~dagster_lance_partitioned.spark.merge.merge_dataframe`'s (left out: its defaults).
+    An option of one kind of mode given with the other (``on`` and the merge's options with a
+    write mode; ``partition_by``, ``partition_values`` or ``changes`` with a merge, whose
+    partitions are limited with ``confine``) raises :class:`WriteError` naming it; nothing is
+    written.
 
+    ``changes`` (a transaction's schema / spec changes, :meth:`.Transaction.detach_changes`):
+    the rows are written under the schema and spec they make, and the Spark driver commits
+    them just before the data; a write refused on the way commits neither (for a merge,
+    commit the transaction first)."""
+    merge_opts: dict[str, Any] = {
+        "when_matched": when_matched,
+        "when_not_matched": when_not_matched,
+        "when_not_matched_by_source": when_not_matched_by_source,
+        "scope": scope,
+        "confine": confine,
+    }
+    given = {name: value for name, value in merge_opts.items() if value is not None}
+    if mode == "merge":
+        refused = [
+            name
+            for name, value in (
+                ("partition_by", partition_by),
+                ("partition_values", partition_values),
+                ("changes", changes),
+            )
+            if value is not None
+        ]
+        if refused:
+            raise WriteError(
+                f"write_dataframe(mode='merge') does not take {' or '.join(refused)}: a merge "
+                "writes into an existing namespace, and confine= limits the partitions it may "
+                "change; nothing was written"
+            )
         return merge_dataframe(
             df,
             uri,
             on if on is not None else [],
             storage_options=storage_options,
             commit_properties=commit_properties,
+            **given,
         )
     if mode not in WRITE_MODES:
         raise WriteError(f"unknown write mode {mode!r} (use one of {', '.join(WRITE_MODES)})")
+    if on is not None or given:
+        names = ", ".join(["on", *given] if on is not None else given)
+        raise WriteError(
+            f"write_dataframe: {names} only apply with mode='merge', not mode={mode!r}; "
+            "nothing was written"
+        )
     data_schema = arrow_schema(df.schema)
     ns = open_or_create(uri, storage_options, data_schema, partition_by)
     # the checks the job repeats, here with the core's own exceptions
-    StagedWrite.begin(ns, mode, partitions=partition_values).check_schema(data_schema)
+    staged = StagedWrite.begin(ns, mode, partitions=partition_values, changes=changes)
+    staged.check_schema(data_schema)
     before = ns.version  # this write's commit is searched after it
     write_id = secrets.token_hex(8)
     activate(df.sparkSession)
     if cluster:
-        df = cluster_by_partition(df, ns)
+        target: Any = ns
+        if changes is not None and changes.updates:  # partitioned by the changed spec
+            target = NamespaceState(
+                ns.state.store, apply_to(ns.state.snapshot, changes.updates), pinned=True
+            )
+        df = cluster_by_partition(df, target)
     writer = df.write.format(opt.FORMAT).mode("append" if mode == "append" else "overwrite")
     if mode != "append":  # the helper's mode is explicit: the session's overwrite mode is not
         writer = writer.option(
@@ -131,6 +190,8 @@ def write_dataframe(
         writer = writer.option("commitProperties", json.dumps(commit_properties))
     if partition_values is not None:
         writer = writer.option(PARTITIONS_OPTION, encode_partitions(list(partition_values)))
+    if staged.changes is not None:
+        writer = writer.option(CHANGES_OPTION, staged.changes)
     try:
         writer.option(WRITE_ID_OPTION, write_id).save(ns.uri)
     except PySparkException as e:
@@ -144,34 +205,9 @@ def write_dataframe(
                 raise carried from e
             raise WriteError(f"Spark write into {ns.uri} failed, nothing committed: {e}") from e
         return result
+    if changes is not None and changes.updates:
+        commit_changes(ns.state.store, changes)  # made already, unless Spark committed nothing
     return find_result(ns.uri, storage_options, before, write_id)
-
-
-def activate(spark: SparkSession) -> None:
-    """Make ``spark`` the JVM's active session in the calling thread: Spark resolves Python data
-    sources of a write through the thread's active session, which a thread other than the one
-    that created the session does not have (a Dagster op run in a thread pool)."""
-    jvm = getattr(spark, "_jvm", None)
-    jsession = getattr(spark, "_jsparkSession", None)
-    if jvm is not None and jsession is not None:  # not with Spark Connect
-        jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
-
-
-def _is_connect(obj: Any) -> bool:
-    """Whether ``obj`` (a session or DataFrame) is Spark Connect's."""
-    return type(obj).__module__.startswith("pyspark.sql.connect")
-
-
-def _functions(df: DataFrame | None) -> ModuleType:
-    """The Spark functions module of ``df``'s kind (Connect or classic): a process may hold
-    sessions of both, and their columns do not mix."""
-    if df is not None and _is_connect(df):
-        from pyspark.sql.connect import functions as connect_functions
-
-        return connect_functions
-    from pyspark.sql import functions
-
-    return functions
 
 
 def partition_columns(
@@ -183,7 +219,7 @@ def partition_columns(
     """Spark expressions (for ``df``'s kind of session) grouping rows like ``spec`` (identity
     and date-part fields of ``columns``; other fields are left out, which only makes the
     grouping coarser)."""
-    F = _functions(df)
+    F = functions_of(df)
     exprs: list[Column] = []
     for f in spec.fields:
         names = source_names(f, schema_with_ids)

@@ -56,9 +56,9 @@ from ..core.row_changes.merge import MergeOptions, check_input_schema, duplicate
 from ..core.row_changes.plan import ChangePlan, keys_cover_partitions, source_names
 from ..core.search.catalog import declared
 from ..core.state import NamespaceState
-from .frames import _functions, activate
 from .merge_job import AWAY, HOME, KIND, ROUTE, ROUTE_COLUMNS, MergeJob
 from .result import package_error
+from .session import activate, functions_of
 from .types import arrow_schema, spark_type
 
 MAX_ATTEMPTS = 3  # merges redone because a concurrent commit changed a touched partition
@@ -115,7 +115,7 @@ def merge_dataframe(
             job = plan_job(state, opts)
             base = state.snapshot
             # a key's rows may go to several partitions: checked before, not in the tasks
-            check = not keys_pick_partition(state, opts.on)
+            check = not keys_pick_partition(state, list(opts.on))
             outcomes, counts = run_job(df, job, check)
             try:
                 return commit_outcomes(state, base, outcomes, "merge", counts, props, job.name_of)
@@ -136,7 +136,7 @@ def merge_dataframe(
 def check_unique_keys(df: DataFrame, on: list[str]) -> None:
     """Refuse keys that are NULL or occur twice in ``df``, naming one (one Spark job; one row
     at most comes back)."""
-    F = _functions(df)
+    F = functions_of(df)
     nulls = reduce(lambda a, b: a | b, [F.col(k).isNull() for k in on])
     counted = df.groupBy(*on).agg(F.count(F.lit(1)).alias(_COUNT))
     bad = counted.where((F.col(_COUNT) > 1) | nulls).limit(1).collect()
@@ -201,8 +201,8 @@ def run_job(
     """Run the merge's Spark job(s); the tables' outcomes and the rows counted (see the module
     doc). ``check_keys``: check the keys for duplicates first (another job)."""
     spark = df.sparkSession
-    F = _functions(df)
-    on = job.options.on
+    F = functions_of(df)
+    on = list(job.options.on)
     routed = df.mapInArrow(job.route, StructType([*df.schema.fields, _string(ROUTE)]))
     if check_keys or job.search:
         # the input is read more than once below: materialized once, in the executors (every

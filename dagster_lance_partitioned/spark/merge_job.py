@@ -40,7 +40,7 @@ from ..core.planning import ScanTask
 from ..core.row_changes import (
     Counts,
     MergeOptions,
-    TableChange,
+    TableEdit,
     TableExecutor,
     TableOutcome,
     new_table_location,
@@ -172,7 +172,7 @@ class MergeJob:
         """One route's input rows (``left``) and keys to delete (``right``) applied to its
         table (None: nothing to do)."""
         opts = self.options
-        on = opts.on
+        on = list(opts.on)
         write_schema = table_write_schema(self.schema)
         data = _input_rows(left, write_schema)
         check_keys(data, on)  # every input row of a key is here when the driver did not check
@@ -191,7 +191,7 @@ class MergeJob:
             version = executor.create(location, rows)
             counts = Counts(int((write & ~away).sum()), int((write & away).sum()))
             return TableOutcome(None, None, version, rows.num_rows, key, location), counts
-        change = TableChange(on=tuple(on))
+        change = TableEdit(on=tuple(on))
         moved = 0
         confined = self.confined
         if opts.update and moved_in.num_rows and confined is not None and route not in confined:

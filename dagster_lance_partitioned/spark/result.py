@@ -138,12 +138,12 @@ def rebuild(
     """The :class:`WriteResult` of the write committed as manifest ``version`` with ``props``."""
     at = PartitionedNamespace.open(uri, storage_options, version=version)
     before = PartitionedNamespace.open(uri, storage_options, version=version - 1)
-    pins = {p["object_id"]: p["read_version"] for p in before.partitions()}
+    pins = {p["object_id"]: p["read_version"] for p in before.inspect.partitions()}
     summary = Summary.decode(props[RESULT_PROPERTY]) if RESULT_PROPERTY in props else None
     mode = props.get("mode", "append")
     written = []
     current = set()
-    for p in at.partitions():
+    for p in at.inspect.partitions():
         current.add(p["object_id"])
         if pins.get(p["object_id"]) == p["read_version"]:
             continue  # not touched by this commit

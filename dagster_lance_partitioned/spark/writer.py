@@ -46,6 +46,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from ..core.changes import Changes
 from ..core.errors import NamespaceNotFoundError, WriteError
 from ..core.namespace import PartitionedNamespace
 from ..core.partition_by import parse_partition_by
@@ -59,6 +60,9 @@ from .types import arrow_schema
 
 WRITE_ID_OPTION = "writeId"  # the write id recorded in the commit (dlp.write_id)
 PARTITIONS_OPTION = "partitions"  # JSON list of {field id: value}: the only partitions written
+# JSON of a transaction's uncommitted schema / spec changes (core.changes.Changes): the rows are
+# written under them and the driver commits them just before the data
+CHANGES_OPTION = "transactionChanges"
 SESSION_OVERWRITE_CONF = "spark.sql.sources.partitionOverwriteMode"
 
 
@@ -149,6 +153,18 @@ def encode_partitions(partitions: list[Mapping[str, Any]]) -> str:
     return json.dumps([dict(p) for p in partitions], default=default)
 
 
+def _changes(options: Mapping[str, str]) -> Changes | None:
+    raw = opt._get(options, CHANGES_OPTION)
+    if raw is None:
+        return None
+    try:
+        return Changes.from_json(raw)
+    except (ValueError, KeyError, TypeError) as e:
+        raise SparkOptionError(
+            f"option {CHANGES_OPTION!r} is not a transaction's changes: {e}"
+        ) from None
+
+
 def _commit_properties(options: Mapping[str, str]) -> dict[str, str]:
     raw = opt._get(options, "commitProperties")
     props: dict[str, str] = {"engine": "spark"}  # the manifest store adds the dlp. prefix
@@ -181,6 +197,7 @@ def make_writer(
         write_mode(options, overwrite),
         commit_properties=_commit_properties(options),
         partitions=_partitions(options),
+        changes=_changes(options),
     )
     staged.check_schema(data_schema)  # raises naming the column, before any data is written
     write_id = opt._get(options, WRITE_ID_OPTION)
@@ -279,7 +296,7 @@ def scatter_advice(summary: Summary) -> str | None:
         "the rows were not clustered by partition. Write with "
         "dagster_lance_partitioned.spark.write_dataframe(df, uri, mode), which repartitions "
         "by the partition values first, or df.repartition(<partition columns>) before "
-        "df.write; ns.compact() merges the small fragments later."
+        "df.write; ns.maintenance.compact() merges the small fragments later."
     )
 
 

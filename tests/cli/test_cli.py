@@ -108,7 +108,7 @@ def test_info_json_matches_api(capsys, ns):
     doc = run_json(capsys, "info", ns.uri)
     assert doc["uri"] == ns.uri
     assert doc["manifest_version"] == ns.version
-    assert doc["partitions"] == len(ns.partitions()) == 7
+    assert doc["partitions"] == len(ns.inspect.partitions()) == 7
     assert doc["spec_versions"] == len(ns.specs)
     assert doc["columns"] == len(ns.schema)
     assert [c["name"] for c in doc["schema"]] == ns.schema.names
@@ -178,7 +178,7 @@ def test_partitions_text(capsys, ns):
         "location",
     ]
     assert lines[-1].startswith("7 partitions (14 rows, ")
-    for p in ns.partitions():
+    for p in ns.inspect.partitions():
         (line,) = [row for row in lines if f"  {p['object_id']}  " in row]
         assert line.rstrip().endswith(p["location"])
         if p["values"]["country"] != LONG_COUNTRY:
@@ -234,7 +234,7 @@ def test_partitions_json_matches_api(capsys, ns):
         p["object_id"]: {k: v for k, v in p.items() if k not in ("rows", "bytes")}
         for p in doc["partitions"]
     }
-    assert got == {p["object_id"]: p for p in jsonable(ns.partitions())}
+    assert got == {p["object_id"]: p for p in jsonable(ns.inspect.partitions())}
 
 
 def test_partitions_filter_lists_only_planned(capsys, ns):
@@ -339,7 +339,7 @@ def test_as_of_reads_older_manifest(capsys, built, option):
     doc = run_json(capsys, option, str(first), "partitions", ns.uri)
     assert doc["manifest_version"] == first
     assert sorted(p["object_id"] for p in doc["partitions"]) == sorted(
-        p["object_id"] for p in old.partitions()
+        p["object_id"] for p in old.inspect.partitions()
     )
     assert len(doc["partitions"]) == 6
     rows = run_json(capsys, "scan", ns.uri, option, str(first))
@@ -404,10 +404,10 @@ def test_explain(capsys, ns):
     sql = "country = 'US' AND event_date >= DATE '2025-06-01'"
     code, out, _ = run(capsys, "explain", ns.uri, "--filter", sql)
     assert code == 0
-    assert out == str(ns.explain(sql)).rstrip("\n") + "\n"
+    assert out == str(ns.plan_scan(sql)).rstrip("\n") + "\n"
     assert sql in out
     doc = run_json(capsys, "explain", ns.uri, "--filter", sql)
-    assert doc == jsonable(ns.explain(sql).to_dict())
+    assert doc == jsonable(ns.plan_scan(sql).to_dict())
 
 
 def make_draft_ns(root: Path) -> None:
@@ -504,8 +504,8 @@ def test_import_hive(capsys, tmp_path):
     doc = run_json(capsys, "import-hive", str(root), "--type", "year=int16")
     ns = PartitionedNamespace.open(root)
     assert doc["uri"] == ns.uri and doc["manifest_version"] == ns.version
-    assert doc["partitions"] == len(ns.partitions()) == 3
-    assert sorted(tuple(p["values"].values()) for p in ns.partitions()) == sorted(keys)
+    assert doc["partitions"] == len(ns.inspect.partitions()) == 3
+    assert sorted(tuple(p["values"].values()) for p in ns.inspect.partitions()) == sorted(keys)
     fields = {f["field_id"]: f for f in doc["current_spec"]["fields"]}
     assert fields["year"]["result_type_name"] == "int16"  # --type took effect
     assert fields["country"]["result_type_name"] == "string"
@@ -569,7 +569,7 @@ def test_check_counts_only_orphans_older_than_the_grace(capsys, ns):
 
 def test_check_reports_faults_and_exits_1(capsys, tmp_path):
     ns, _, _ = make_ns(tmp_path / "ns")
-    broken = next(p for p in ns.partitions() if p["values"]["country"] == "FR")
+    broken = next(p for p in ns.inspect.partitions() if p["values"]["country"] == "FR")
     shutil.rmtree(os.path.join(ns.uri, broken["location"]))
     code, out, err = run(capsys, "check", ns.uri, "--max-width", "0")
     assert code == 1
@@ -591,7 +591,9 @@ def test_compact_cleanup_vacuum(capsys, tmp_path):
     ns, _, second = make_ns(tmp_path / "ns")
     rows = sorted(ns.to_table().to_pylist(), key=lambda r: r["id"])
     us = next(
-        p for p in ns.partitions() if p["values"] == {"country": "US", "event_date_year": 2025}
+        p
+        for p in ns.inspect.partitions()
+        if p["values"] == {"country": "US", "event_date_year": 2025}
     )
     doc = run_json(capsys, "compact", ns.uri)
     assert doc["manifest_version"] == second + 1
@@ -625,8 +627,8 @@ def test_drop_partitions(capsys, tmp_path):
     assert "country=FR" in out
     doc = run_json(capsys, "drop-partitions", ns.uri, "--filter", "country = 'FR'")
     assert doc["partitions"] == [] and doc["rows"] == 0
-    remaining = PartitionedNamespace.open(ns.uri)
-    assert {p["values"]["country"] for p in remaining.partitions()} == {"US", "DE", LONG_COUNTRY}
+    remaining = PartitionedNamespace.open(ns.uri).inspect.partitions()
+    assert {p["values"]["country"] for p in remaining} == {"US", "DE", LONG_COUNTRY}
 
 
 @pytest.mark.parametrize(
@@ -809,7 +811,9 @@ def test_filter_by_window_field_name(capsys, window_ns):
     assert sum(p["rows"] for p in doc["partitions"]) == 3
     # the scan prunes: only the 2 January partitions are read
     jan2 = [
-        p for p in window_ns.partitions() if p["values"]["time_hour_day"] == dt.date(2013, 1, 2)
+        p
+        for p in window_ns.inspect.partitions()
+        if p["values"]["time_hour_day"] == dt.date(2013, 1, 2)
     ]
     assert len(jan2) == len(doc["partitions"]) > 1
     plan = run_json(capsys, "explain", window_ns.uri, "--filter", sql)
@@ -841,7 +845,7 @@ def test_filter_by_window_field_name(capsys, window_ns):
 
 def test_filter_by_bucket_field_name(capsys, window_ns):
     ids_by_bucket: dict[int, list[int]] = {}
-    for p in window_ns.partitions():
+    for p in window_ns.inspect.partitions():
         table = lance.dataset(os.path.join(window_ns.uri, p["location"]), p["read_version"])
         ids = ids_by_bucket.setdefault(p["values"]["country_bucket_4"], [])
         ids += table.to_table(columns=["id"])["id"].to_pylist()
@@ -865,7 +869,7 @@ def test_filter_by_year_field_name(capsys, tmp_path):
     assert code == 0
     assert out.startswith(f"dropped 3 partitions (3 rows) in manifest version {second + 1}")
     left = PartitionedNamespace.open(ns.uri)
-    assert {p["values"]["event_date_year"] for p in left.partitions()} == {2024, 2025}
+    assert {p["values"]["event_date_year"] for p in left.inspect.partitions()} == {2024, 2025}
 
 
 def test_filter_errors_name_no_internal_table(capsys, window_ns):
@@ -883,7 +887,7 @@ def test_history_lists_versions_with_run_ids(capsys, tmp_path):
     second = ns.write(
         sample_table(2, countries=("US", "IT"), start=50), commit_properties={"dagster.run_id": "d"}
     ).manifest_version
-    third = ns.drop_partitions("country = 'FR'").manifest_version
+    third = ns.maintenance.drop_partitions("country = 'FR'").manifest_version
     doc = run_json(capsys, "history", ns.uri)
     versions = {v["version"]: v for v in doc["versions"]}
     # newest first; the creation's two commits (1 and 2) are one entry
@@ -931,7 +935,7 @@ def test_history_lists_versions_with_run_ids(capsys, tmp_path):
 
 def test_history_after_cleanup(capsys, tmp_path):
     ns, _, second = make_ns(tmp_path / "ns")
-    ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+    ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
     doc = run_json(capsys, "history", ns.uri)
     # the one version kept, then the two commits announcing what cleanup removed
     *announced, only = doc["versions"]  # newest first
@@ -987,7 +991,7 @@ def test_errors_never_show_rust_source_paths(capsys, tmp_path):
     assert ".rs:" not in err
 
     ns, _, _ = make_ns(tmp_path / "ns")
-    broken = ns.partitions()[0]
+    broken = ns.inspect.partitions()[0]
     for version in (Path(ns.uri) / broken["location"] / "_versions").iterdir():
         version.write_bytes(b"xx")
     for argv in (

@@ -477,13 +477,13 @@ def test_optimize_indexes_folds_appended_rows(capsys, fresh):
     assert table_rows(out)[1][7] == "300"
     done = run_json(capsys, "optimize-indexes", fresh.uri, "--filter", "tenant = 'a'")
     fresh.refresh()
-    a_tables = {p["object_id"] for p in fresh.partitions() if p["values"]["tenant"] == "a"}
+    a_tables = {p["object_id"] for p in fresh.inspect.partitions() if p["values"]["tenant"] == "a"}
     assert set(done["partitions"]) == a_tables and done["skipped"] == []
     assert done["manifest_version"] == fresh.version
     assert all(i["unindexed_rows"] == 0 for i in run_json(capsys, "indexes", fresh.uri)["indexes"])
 
 
-def test_optimize_indexes_builds_the_partitions_needing_an_index(capsys, fresh):
+def test_optimize_indexes_builds_the_partitions_needing_an_index(capsys, fresh, before_commit):
     declarer = PartitionedNamespace.open(fresh.uri)
     more = make_rows(900, seed=68, start=90_000, tenants=("e",), weights=None)
 
@@ -492,12 +492,14 @@ def test_optimize_indexes_builds_the_partitions_needing_an_index(capsys, fresh):
         # write's new tables (tenant e) lack the index
         declarer.create_index("v", "IVF_FLAT", min_rows=MIN_ROWS, num_partitions=2)
 
-    fresh._before_commit = declare
+    before_commit(fresh, declare)
     try:
         fresh.write(more)
     finally:
-        fresh._before_commit = None
-    needing = sorted(p["object_id"] for p in fresh.partitions() if p["values"]["tenant"] == "e")
+        before_commit(fresh, None)
+    needing = sorted(
+        p["object_id"] for p in fresh.inspect.partitions() if p["values"]["tenant"] == "e"
+    )
     assert len(needing) == 3
     [index] = run_json(capsys, "indexes", fresh.uri)["indexes"]
     assert index["needing"] == needing and index["partitions_needing"] == 3

@@ -4,8 +4,9 @@ A write first writes every affected partition table, then makes one ``__manifest
 These tests check that nothing is visible before that commit (injected failure, SIGKILL),
 that concurrent writers in separate processes rebase onto each other without losing anything,
 that overwrites of the same partition conflict, and that a manifest version is a stable snapshot.
-Real concurrency uses subprocesses running ``helpers/writer_proc.py``; ``_before_commit`` (called
-once every partition table is written) holds them at a barrier so their commits really overlap.
+Real concurrency uses subprocesses running ``helpers/writer_proc.py``; a hook run just before the
+manifest commit (once every partition table is written; ``helpers/faults.py``) holds them at a
+barrier so their commits really overlap.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 import pytest
+from helpers.faults import CommitHooks
 
 from dagster_lance_partitioned import CommitConflictError, PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import WriteError
@@ -82,7 +84,7 @@ def apply_write(state: list[Row], data: list[Row], mode: str) -> list[Row]:
 
 
 def partition_keys(ns: PartitionedNamespace) -> list[tuple[Any, Any]]:
-    return sorted((p["values"]["country"], p["values"]["day"]) for p in ns.partitions())
+    return sorted((p["values"]["country"], p["values"]["day"]) for p in ns.inspect.partitions())
 
 
 def partitions_canon(ns: PartitionedNamespace) -> list[tuple]:
@@ -97,7 +99,7 @@ def partitions_canon(ns: PartitionedNamespace) -> list[tuple]:
             p["read_branch"],
             p["read_tag"],
         )
-        for p in ns.partitions()
+        for p in ns.inspect.partitions()
     )
 
 
@@ -257,7 +259,9 @@ def all_ok(results: list[dict]) -> None:
 
 # -- 1. injected failure before the manifest commit --------------------------------------------
 @pytest.mark.parametrize("mode", ["append", "overwrite_partitions", "overwrite"])
-def test_failure_before_manifest_commit_publishes_nothing(tmp_path: Path, mode: str) -> None:
+def test_failure_before_manifest_commit_publishes_nothing(
+    tmp_path: Path, mode: str, before_commit: CommitHooks
+) -> None:
     uri = new_namespace(tmp_path, INITIAL)
     version0, parts0, rows0 = state_of(uri)
     dirs0 = set(os.listdir(uri))
@@ -276,7 +280,7 @@ def test_failure_before_manifest_commit_publishes_nothing(tmp_path: Path, mode: 
         raise RuntimeError("injected failure before the manifest commit")
 
     ns = PartitionedNamespace.open(uri)
-    ns._before_commit = boom
+    before_commit(ns, boom)
     with pytest.raises(RuntimeError, match="injected failure"):
         ns.write(table_of(failed), mode=mode)
     assert seen_pending == [4], "the hook must run once, after all four partitions are written"
@@ -305,7 +309,7 @@ def test_failure_before_manifest_commit_publishes_nothing(tmp_path: Path, mode: 
         *rows(2021, "US", 7, 1, "ok"),
         *rows(2031, "JP", 1, 1, "ok"),
     ]
-    ns._before_commit = None
+    before_commit(ns, None)
     result = ns.write(table_of(ok), mode=mode)
     assert result.manifest_version == version0 + 1
     version1, _parts1, rows1 = state_of(uri)
@@ -313,7 +317,7 @@ def test_failure_before_manifest_commit_publishes_nothing(tmp_path: Path, mode: 
     assert rows1 == apply_write(rows0, ok, mode)
     assert not {r["id"] for r in rows1} & {r["id"] for r in failed}
     fresh = PartitionedNamespace.open(uri)
-    assert {p["location"] for p in fresh.partitions()}.isdisjoint(orphans)
+    assert {p["location"] for p in fresh.inspect.partitions()}.isdisjoint(orphans)
     assert_manifest_consistent(uri)
 
 
@@ -485,7 +489,7 @@ def test_many_writers_many_rounds_all_land(tmp_path: Path, spawn) -> None:
     assert version == versions[-1] + len([v for v in others if v > versions[-1]])
     assert final == expected
     ns = PartitionedNamespace.open(uri)
-    assert len(ns.partitions()) == n_writers * (2 + n_rounds)
+    assert len(ns.inspect.partitions()) == n_writers * (2 + n_rounds)
     assert_manifest_consistent(uri)
 
 
@@ -535,7 +539,7 @@ def test_concurrent_overwrites_of_the_same_partition_conflict(tmp_path: Path, sp
     assert "US" in err["message"] and "country" in err["message"], err["message"]
     us1_id = next(
         p["object_id"]
-        for p in PartitionedNamespace.open(uri).partitions()
+        for p in PartitionedNamespace.open(uri).inspect.partitions()
         if p["values"] == {"country": "US", "day": 1}
     )
     assert err["partitions"] == [us1_id]
@@ -579,9 +583,11 @@ def test_concurrent_append_and_overwrite_of_a_partition_serialize(tmp_path: Path
 
 
 @pytest.mark.parametrize("first", ["append", "overwrite_partitions"])
-def test_interleaved_append_and_overwrite_follow_commit_order(tmp_path: Path, first: str) -> None:
+def test_interleaved_append_and_overwrite_follow_commit_order(
+    tmp_path: Path, first: str, before_commit: CommitHooks
+) -> None:
     """Deterministic interleaving: the second write has written its tables from the old base
-    when the first one commits (the first runs inside the second's ``_before_commit``)."""
+    when the first one commits (the first runs inside the second's ``before_commit`` hook)."""
     uri = new_namespace(tmp_path, INITIAL)
     _, _, rows0 = state_of(uri)
     data = {
@@ -591,8 +597,8 @@ def test_interleaved_append_and_overwrite_follow_commit_order(tmp_path: Path, fi
     second = "append" if first == "overwrite_partitions" else "overwrite_partitions"
     outer, inner = PartitionedNamespace.open(uri), PartitionedNamespace.open(uri)
     inner_results = []
-    outer._before_commit = lambda pending: inner_results.append(
-        inner.write(table_of(data[first]), mode=first)
+    before_commit(
+        outer, lambda pending: inner_results.append(inner.write(table_of(data[first]), mode=first))
     )
     outer_result = outer.write(table_of(data[second]), mode=second)
     assert outer_result.manifest_version == inner_results[0].manifest_version + 1
@@ -601,19 +607,19 @@ def test_interleaved_append_and_overwrite_follow_commit_order(tmp_path: Path, fi
     assert_manifest_consistent(uri)
 
 
-def test_interleaved_overwrites_of_a_partition_conflict(tmp_path: Path) -> None:
+def test_interleaved_overwrites_of_a_partition_conflict(
+    tmp_path: Path, before_commit: CommitHooks
+) -> None:
     uri = new_namespace(tmp_path, INITIAL)
     _, _, rows0 = state_of(uri)
     theirs = rows(1001, "US", 2, 2, "theirs")
     ours = [*rows(2001, "US", 2, 1, "ours"), *rows(2011, "SE", 1, 2, "ours")]
     outer, inner = PartitionedNamespace.open(uri), PartitionedNamespace.open(uri)
-    outer._before_commit = lambda pending: inner.write(
-        table_of(theirs), mode="overwrite_partitions"
-    )
+    before_commit(outer, lambda pending: inner.write(table_of(theirs), mode="overwrite_partitions"))
     with pytest.raises(CommitConflictError) as info:
         outer.write(table_of(ours), mode="overwrite_partitions")
     assert "'US'" in str(info.value) and "2" in str(info.value)
-    us2 = [p for p in inner.partitions() if p["values"] == {"country": "US", "day": 2}]
+    us2 = [p for p in inner.inspect.partitions() if p["values"] == {"country": "US", "day": 2}]
     assert info.value.partitions == [us2[0]["object_id"]]
     version, _, final = state_of(uri)
     assert version == inner.version
@@ -623,7 +629,9 @@ def test_interleaved_overwrites_of_a_partition_conflict(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("first", ["append", "overwrite"])
-def test_append_and_whole_table_overwrite_follow_commit_order(tmp_path: Path, first: str) -> None:
+def test_append_and_whole_table_overwrite_follow_commit_order(
+    tmp_path: Path, first: str, before_commit: CommitHooks
+) -> None:
     """An append has no overwrite semantics, so meeting a concurrent whole-table overwrite it
     must rebase (FORMAT.md, Transactions), as if it had run after the overwrite."""
     uri = new_namespace(tmp_path, INITIAL)
@@ -634,7 +642,7 @@ def test_append_and_whole_table_overwrite_follow_commit_order(tmp_path: Path, fi
     }
     second = "append" if first == "overwrite" else "overwrite"
     outer, inner = PartitionedNamespace.open(uri), PartitionedNamespace.open(uri)
-    outer._before_commit = lambda pending: inner.write(table_of(data[first]), mode=first)
+    before_commit(outer, lambda pending: inner.write(table_of(data[first]), mode=first))
     outer.write(table_of(data[second]), mode=second)
     expected = apply_write(apply_write(rows0, data[first], first), data[second], second)
     assert state_of(uri)[2] == expected
@@ -654,7 +662,7 @@ def test_concurrently_created_sibling_partitions_follow_the_location_rule(
     for w in writers:
         all_ok(w.finish())
     assert_manifest_consistent(uri)
-    for p in PartitionedNamespace.open(uri).partitions():
+    for p in PartitionedNamespace.open(uri).inspect.partitions():
         prefix, _, rest = p["location"].partition("_")
         assert len(prefix) == 8 and rest == p["object_id"], (p["location"], p["object_id"])
 

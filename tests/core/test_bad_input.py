@@ -117,7 +117,7 @@ def test_partitioning_by_an_accepted_name_prunes(tmp_path, name):
         tmp_path / "ns", name_schema(name), [PartitionField.identity(name)]
     )
     ns.write(name_rows(name))
-    assert len(ns.partitions()) == 3  # x, y and NULL
+    assert len(ns.inspect.partitions()) == 3  # x, y and NULL
     plan = ns.plan_scan([(name, "=", "x")])
     assert len(plan.tasks) == 1
     assert _ids(ns.to_table(filter=[(name, "=", "x")])) == [1]
@@ -371,6 +371,6 @@ def test_io_manager_stores_dictionary_columns_as_their_values(tmp_path):
     assert ns.schema.field("country").type == pa.utf8()
     assert ns.schema.field("tag").type == pa.utf8()
     assert ns.count_rows([("tag", "=", "x")]) == 6
-    for p in ns.partitions():
+    for p in ns.inspect.partitions():
         ds = lance.dataset(os.path.join(ns.uri, p["location"]), version=p["read_version"])
         assert not pa.types.is_dictionary(ds.schema.field("country").type)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers.data import SCHEMA, fingerprint, sample_table, sorted_rows
+from helpers.faults import CommitHooks
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import MaintenanceConflictError, VersionGoneError
@@ -29,7 +30,7 @@ def _ns(tmp_path: Path) -> PartitionedNamespace:
     ],
 )
 def test_maintenance_between_table_and_manifest_commit_fails_the_write_cleanly(
-    tmp_path: Path, maintenance: str, countries: tuple[str, ...]
+    tmp_path: Path, maintenance: str, countries: tuple[str, ...], before_commit: CommitHooks
 ) -> None:
     ns = _ns(tmp_path)
     before_rows = sorted_rows(ns.to_table())
@@ -38,11 +39,11 @@ def test_maintenance_between_table_and_manifest_commit_fails_the_write_cleanly(
 
     def meanwhile(_pending) -> None:
         if maintenance == "vacuum":
-            other.vacuum(grace=dt.timedelta(0))
+            other.maintenance.vacuum(grace=dt.timedelta(0))
         else:
-            other.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+            other.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
 
-    ns._before_commit = meanwhile
+    before_commit(ns, meanwhile)
     with pytest.raises(MaintenanceConflictError) as info:
         ns.write(sample_table(4, countries=countries, start=100), mode="append")
     assert isinstance(info.value, VersionGoneError)  # what callers caught before the protocol
@@ -50,7 +51,7 @@ def test_maintenance_between_table_and_manifest_commit_fails_the_write_cleanly(
     fresh = PartitionedNamespace.open(ns.uri)
     assert fresh.version == before_version + 2  # the maintenance's announcement, no write
     assert sorted_rows(fresh.to_table()) == before_rows  # readable, unchanged
-    ns._before_commit = None
+    before_commit(ns, None)
     ns.write(sample_table(4, countries=countries, start=100))  # a retry lands
     assert PartitionedNamespace.open(ns.uri).count_rows() == len(before_rows) + 4
 

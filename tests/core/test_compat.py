@@ -212,10 +212,13 @@ def test_open_reads_draft_namespace(draft_root):
         ("country", "country", "col0"),
     ]
     values = sorted(
-        (p["spec_id"], tuple(p["values"].values())) for p in ns.partitions() if p["spec_id"] == 2
+        (p["spec_id"], tuple(p["values"].values()))
+        for p in ns.inspect.partitions()
+        if p["spec_id"] == 2
     )
     assert values == [(2, (2026, "FR")), (2, (2026, "US"))]
-    assert {p["values"]["event_date"] for p in ns.partitions() if p["spec_id"] == 1} == {D10, D11}
+    parts = ns.inspect.partitions()
+    assert {p["values"]["event_date"] for p in parts if p["spec_id"] == 1} == {D10, D11}
     _check_reads(ns)
 
 
@@ -309,7 +312,7 @@ def test_upgrade_rewrites_specs_and_columns(draft_root):
 def test_upgraded_namespace_reads_prunes_and_writes(draft_root):
     ns = PartitionedNamespace.open(draft_root)
     tables_before = sorted(
-        (p["object_id"], p["location"], p["read_version"]) for p in ns.partitions()
+        (p["object_id"], p["location"], p["read_version"]) for p in ns.inspect.partitions()
     )
     ns.upgrade()
     ns = PartitionedNamespace.open(draft_root)
@@ -320,7 +323,7 @@ def test_upgraded_namespace_reads_prunes_and_writes(draft_root):
     ]
     assert ns.specs[0].fields[0].transform is not None
     assert (
-        sorted((p["object_id"], p["location"], p["read_version"]) for p in ns.partitions())
+        sorted((p["object_id"], p["location"], p["read_version"]) for p in ns.inspect.partitions())
         == tables_before
     )
     _check_reads(ns)
@@ -405,9 +408,11 @@ def test_rows_committed_under_draft_specs_after_the_switch_are_repaired(draft_ro
     conversion = compat.plan_conversion(snap.specs, ns.schema_with_ids)
     ns.upgrade()
     store = ManifestStore(ns.uri)
-    year_ns = next(p["object_id"] for p in ns.partitions() if p["spec_id"] == 2).split("$")[:2]
+    year_ns = next(p["object_id"] for p in ns.inspect.partitions() if p["spec_id"] == 2).split("$")[
+        :2
+    ]
     oid = "$".join([*year_ns, "zzzzzzzzzzzzzzzz", "dataset"])
-    location = ns.partitions()[-1]["location"]
+    location = ns.inspect.partitions()[-1]["location"]
 
     def plan(_snap: ManifestSnapshot) -> ManifestEdit:
         row = {"object_type": "table", "location": location, "metadata": "{}"}

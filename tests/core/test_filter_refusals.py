@@ -12,7 +12,7 @@ from dagster_lance_partitioned.core.filters import FilterError
 
 # partition values that look like SQL: they must stay filterable as literals
 TRICKY = ("US", "LIMIT 1 -- x", "a UNION b /* c */; ORDER BY (")
-ENTRY_POINTS = ("plan_scan", "to_table", "count_rows", "drop_partitions")
+ENTRY_POINTS = ("plan_scan", "to_table", "count_rows", "maintenance.drop_partitions")
 
 
 @pytest.fixture
@@ -23,7 +23,10 @@ def ns(tmp_path):
 
 
 def _call(ns: PartitionedNamespace, entry: str, flt):
-    return getattr(ns, entry)(flt)
+    target = ns
+    for name in entry.split("."):  # ns.maintenance.drop_partitions
+        target = getattr(target, name)
+    return target(flt)
 
 
 def _rows(ns: PartitionedNamespace, flt) -> list[int]:
@@ -92,9 +95,9 @@ def test_drop_partitions_with_a_set_operation_drops_nothing(ns):
     """``INTERSECT SELECT 1`` used to be planned as the filter before it and drop a partition."""
     before = fingerprint(ns.uri)
     with pytest.raises(FilterError, match="INTERSECT"):
-        ns.drop_partitions("country = 'US' INTERSECT SELECT 1")
+        ns.maintenance.drop_partitions("country = 'US' INTERSECT SELECT 1")
     assert fingerprint(ns.uri) == before
-    dropped = ns.drop_partitions("country = 'US'")
+    dropped = ns.maintenance.drop_partitions("country = 'US'")
     assert [p.values for p in dropped.partitions] == [{"country": "US"}]
 
 

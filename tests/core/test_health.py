@@ -46,7 +46,9 @@ def make_ns(root: Path) -> PartitionedNamespace:
 def part(ns: PartitionedNamespace, country: str, year: int = 2025) -> dict[str, Any]:
     """The registered partition (country, year)."""
     (found,) = [
-        p for p in ns.partitions() if p["values"] == {"country": country, "event_date_year": year}
+        p
+        for p in ns.inspect.partitions()
+        if p["values"] == {"country": country, "event_date_year": year}
     ]
     return found
 
@@ -57,7 +59,9 @@ def table_uri(ns: PartitionedNamespace, p: dict[str, Any]) -> str:
 
 def repin(ns: PartitionedNamespace, object_id: str, **columns: Any) -> int:
     """Set manifest columns of one table row in one manifest commit (as a foreign tool might)."""
-    snap = ns._store.commit(load_snapshot, lambda s: ManifestEdit(upserts={object_id: columns}))
+    snap = ns.state.store.commit(
+        load_snapshot, lambda s: ManifestEdit(upserts={object_id: columns})
+    )
     ns.refresh()
     return snap.version
 
@@ -90,8 +94,10 @@ def ns(tmp_path: Path) -> PartitionedNamespace:
 
 # -- healthy ----------------------------------------------------------------------------------
 def test_healthy_namespace_passes_every_check(ns):
-    assert len(ns.partitions()) == 6
-    assert all(p["read_version"] >= DETACHED_BIT for p in ns.partitions())  # appended: detached
+    assert len(ns.inspect.partitions()) == 6
+    assert all(
+        p["read_version"] >= DETACHED_BIT for p in ns.inspect.partitions()
+    )  # appended: detached
     assert_healthy(ns)
 
 
@@ -104,7 +110,7 @@ def test_evolved_namespace_is_healthy(tmp_path):
     ns.update_spec([PartitionField.identity("country")])
     new = sample_table(3, start=500).rename_columns(["id", "country", "event_date", "amount"])
     ns.write(new.append_column("note", pa.array(["x"] * 3)))
-    assert {p["spec_id"] for p in ns.partitions()} == {1, 2}
+    assert {p["spec_id"] for p in ns.inspect.partitions()} == {1, 2}
     assert_healthy(ns)
 
 
@@ -240,7 +246,7 @@ def test_tag_and_branch_that_do_not_resolve(ns):
 
 
 # -- uncommitted versions and orphans ----------------------------------------------------------
-def test_failed_write_leaves_an_orphan_and_an_uncommitted_version(ns):
+def test_failed_write_leaves_an_orphan_and_an_uncommitted_version(ns, before_commit):
     dirs = set(os.listdir(ns.uri))
     us = part(ns, "US")
 
@@ -248,10 +254,10 @@ def test_failed_write_leaves_an_orphan_and_an_uncommitted_version(ns):
         raise RuntimeError("injected failure before the manifest commit")
 
     failed = sample_table(2, countries=("US", "JP"), start=700)  # US 2025 exists, JP is new
-    ns._before_commit = boom
+    before_commit(ns, boom)
     with pytest.raises(RuntimeError, match="injected"):
         ns.write(failed)
-    ns._before_commit = None
+    before_commit(ns, None)
 
     (new_dir,) = set(os.listdir(ns.uri)) - dirs
     orphans = health.find_orphans(ns)
@@ -327,8 +333,8 @@ def test_history_decides_what_counts_as_referenced(ns):
     assert health.check_read_versions(old) == ([], [])
 
     dropped = part(ns, "US")
-    ns.drop_partitions("country = 'US' AND event_date < DATE '2026-01-01'")
-    assert all(p["object_id"] != dropped["object_id"] for p in ns.partitions())
+    ns.maintenance.drop_partitions("country = 'US' AND event_date < DATE '2026-01-01'")
+    assert all(p["object_id"] != dropped["object_id"] for p in ns.inspect.partitions())
     # older manifest versions still reference the dropped table (time travel reads it) ...
     assert health.find_orphans(ns) == []
     # ... unless only the latest version counts
@@ -361,7 +367,7 @@ def test_rows_in_the_wrong_partition(ns):
     assert issue.sample["id"] == 999 and issue.sample["country"] == "FR"
 
     # sampling: deterministic per seed, and a full sample finds it
-    n = len(ns.partitions())
+    n = len(ns.inspect.partitions())
     assert health.check_integrity(ns, sample=n) == issues
     assert health.check_integrity(ns, sample=0) == []
     for seed in range(4):

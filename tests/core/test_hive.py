@@ -94,7 +94,7 @@ def test_import_registers_every_leaf_in_place(tree):
     assert [ns.schema.field(k).type for k in KEYS] == [pa.utf8(), pa.int64(), pa.date32()]
     assert not ns.schema.field("id").nullable  # stored non-null in every leaf
     assert ns.schema.field("note").nullable and ns.schema.field("country").nullable
-    parts = {p["location"]: p for p in ns.partitions()}
+    parts = {p["location"]: p for p in ns.inspect.partitions()}
     assert set(parts) == {loc for loc, _, _ in LEAVES}
     for location, _ids, values in LEAVES:
         p = parts[location]
@@ -275,7 +275,7 @@ def test_types_override_inference(tree):
     ns = PartitionedNamespace.import_hive(tree, types={"year": pa.int32(), "day": pa.utf8()})
     assert ns.schema.field("year").type == pa.int32()
     assert ns.schema.field("day").type == pa.utf8()
-    assert {p["values"]["day"] for p in ns.partitions()} == {
+    assert {p["values"]["day"] for p in ns.inspect.partitions()} == {
         "2025-01-01",
         "2024-06-30",
         "2025-02-01",
@@ -319,7 +319,7 @@ def test_older_draft_properties_and_seed_leaf_names(tmp_path):
             pa.field("code", pa.int32()),
         ]
     )
-    assert {p["values"]["country"] for p in ns.partitions()} == {"US", "001"}
+    assert {p["values"]["country"] for p in ns.inspect.partitions()} == {"US", "001"}
     assert ns.to_table("country = '001'").to_pylist() == [
         {"id": 3, "event_date": dt.date(2025, 12, 11), "country": "001", "code": None}
     ]

@@ -47,7 +47,7 @@ def key(p: dict[str, Any]) -> tuple[str, int]:
 
 
 def by_key(ns: PartitionedNamespace) -> dict[tuple[str, int], dict[str, Any]]:
-    return {key(p): p for p in ns.partitions()}
+    return {key(p): p for p in ns.inspect.partitions()}
 
 
 def pinned(ns: PartitionedNamespace, p: dict[str, Any]) -> lance.LanceDataset:
@@ -66,7 +66,7 @@ def first_write(uri: str) -> PartitionedNamespace:
     """The namespace as the first write left it."""
     for v in manifest_versions(uri)[1:]:  # version 1 is the bare table, before its metadata
         old = PartitionedNamespace.open(uri, version=v)
-        if old.partitions():
+        if old.inspect.partitions():
             return old
     raise AssertionError("no write")
 
@@ -106,7 +106,7 @@ def test_compact_reduces_fragments_keeps_rows_and_time_travel(ns):
     before = by_key(ns)
     assert {len(pinned(ns, p).get_fragments()) for p in before.values()} == {4}
 
-    result = ns.compact()
+    result = ns.maintenance.compact()
     assert result.manifest_version == before_version + 1 == ns.version  # one commit
     assert result.skipped == ()
     assert sorted(r[0] for r in result.partitions) == sorted(
@@ -122,17 +122,17 @@ def test_compact_reduces_fragments_keeps_rows_and_time_travel(ns):
         assert ds.schema == pinned(ns, before[k]).schema  # dlp:field_ids kept
     assert rows_at(ns.uri) == before_rows
     assert rows_at(ns.uri, before_version) == before_rows  # time travel still reads
-    assert ns._store.commit_properties(ns.version)["operation"] == "compact"
+    assert ns.state.store.commit_properties(ns.version)["operation"] == "compact"
     assert health.check_read_versions(ns, history=None) == ([], [])
 
-    again = ns.compact()  # nothing left to gain: no commit
+    again = ns.maintenance.compact()  # nothing left to gain: no commit
     assert again.partitions == () and again.manifest_version == ns.version == before_version + 1
 
 
 def test_compact_filter_and_target(ns):
     us = {k: p for k, p in by_key(ns).items() if k[0] == "US"}
     others = {k: p for k, p in by_key(ns).items() if k[0] != "US"}
-    result = ns.compact(filter="country = 'US'", target_rows_per_fragment=5)
+    result = ns.maintenance.compact(filter="country = 'US'", target_rows_per_fragment=5)
     assert sorted(r[0] for r in result.partitions) == sorted(p["object_id"] for p in us.values())
     after = by_key(ns)
     for k, p in us.items():
@@ -156,7 +156,7 @@ def test_compact_skips_partitions_a_concurrent_commit_moved(ns, monkeypatch):
     monkeypatch.setattr(maintenance, "_compact_table", racing)
     expected = sorted_rows(pa.concat_tables([ns.to_table(), concurrent]))
     us = by_key(ns)[("US", 2025)]
-    result = ns.compact()
+    result = ns.maintenance.compact()
     assert raced
     assert result.skipped == (us["object_id"],)
     assert us["object_id"] not in {r[0] for r in result.partitions}
@@ -170,7 +170,7 @@ def test_compact_skips_partitions_a_concurrent_commit_moved(ns, monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["overwrite_partitions", "append"])
-def test_writes_based_before_a_compaction_commit_after_it(ns, mode):
+def test_writes_based_before_a_compaction_commit_after_it(ns, mode, before_commit):
     """A write planned before a compaction and committing after it: a replacement does not
     conflict (the compaction replaced nothing), an append rebases onto the compacted version."""
     data = sample_table(2, countries=("US",), start=900)  # (US, 2025) only
@@ -179,8 +179,9 @@ def test_writes_based_before_a_compaction_commit_after_it(ns, mode):
     rows = rows_at(ns.uri)
     compacted: list = []
     writer = PartitionedNamespace.open(ns.uri)
-    writer._before_commit = lambda pending: compacted.append(
-        PartitionedNamespace.open(ns.uri).compact()
+    before_commit(
+        writer,
+        lambda pending: compacted.append(PartitionedNamespace.open(ns.uri).maintenance.compact()),
     )
     result = writer.write(data, mode=mode)
     assert compacted and len(compacted[0].partitions) == 6
@@ -203,12 +204,12 @@ def test_writes_based_before_a_compaction_commit_after_it(ns, mode):
 # -- cleanup ----------------------------------------------------------------------------------
 def test_cleanup_keeps_every_retained_version_readable(ns):
     ns.write(sample_table(6, start=600), mode="overwrite_partitions")
-    ns.compact()
+    ns.maintenance.compact()
     history = {v: rows_at(ns.uri, v) for v in manifest_versions(ns.uri)[1:]}
     n_manifest, n_tables = len(history) + 1, table_version_files(ns.uri)
     latest = ns.version
 
-    result = ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=3)
+    result = ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=3)
     kept = manifest_versions(ns.uri)
     # the three newest, then the two commits announcing what the run removed (core/retire.py)
     assert kept[:3] == sorted(history)[-3:]
@@ -229,10 +230,10 @@ def test_cleanup_keeps_every_retained_version_readable(ns):
     assert health.check_integrity(ns) == []
 
     # once only the latest is kept, every unpinned version goes
-    ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+    ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
     assert manifest_versions(ns.uri)[0] == latest + 2  # and what this run announced
     assert rows_at(ns.uri) == history[latest]
-    for p in ns.partitions():
+    for p in ns.inspect.partitions():
         versions = os.listdir(os.path.join(ns.uri, p["location"], "_versions"))
         assert sorted(v for v in versions if v.endswith(".manifest")) == sorted(
             {f"d{p['read_version']}.manifest", "18446744073709551614.manifest"}  # pin + main v1
@@ -241,7 +242,7 @@ def test_cleanup_keeps_every_retained_version_readable(ns):
 
 def test_cleanup_leaves_young_versions(ns):
     before = fingerprint(ns.uri)
-    result = ns.cleanup()  # everything is younger than 7 days
+    result = ns.maintenance.cleanup()  # everything is younger than 7 days
     assert (result.manifest_versions_removed, result.table_versions_removed) == (0, 0)
     assert result.files_removed == 0
     assert fingerprint(ns.uri) == before
@@ -260,7 +261,7 @@ def test_cleanup_keeps_tagged_and_tag_pinned_versions(ns):
     lance.dataset(os.path.join(ns.uri, fr_now["location"])).tags.create(
         "pin", fr_now["read_version"]
     )
-    ns._store.commit(
+    ns.state.store.commit(
         load_snapshot,
         lambda s: ManifestEdit(
             upserts={fr_now["object_id"]: {"read_version": None, "read_tag": "pin"}}
@@ -269,7 +270,7 @@ def test_cleanup_keeps_tagged_and_tag_pinned_versions(ns):
     ns.refresh()
     expected = rows_at(ns.uri)
 
-    ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+    ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
     assert rows_at(ns.uri) == expected  # FR read through its tag
     audit = lance.dataset(us_uri, version="audit")
     assert audit.version == us_second["read_version"]
@@ -288,7 +289,7 @@ def test_cleanup_protects_a_pin_lance_cleanup_would_break(ns):
     uri = os.path.join(ns.uri, us["location"])
     lance.write_dataset(sample_table(3, start=900), uri, mode="overwrite")  # main line: v2
     expected = rows_at(ns.uri)
-    result = ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+    result = ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
     assert result.table_versions_removed > 0
     assert not os.path.exists(os.path.join(uri, "_versions", "18446744073709551614.manifest"))
     assert rows_at(ns.uri) == expected
@@ -323,7 +324,7 @@ def test_vacuum_removes_old_orphans_and_unreferenced_files_only(ns):
     assert len(expected) < len(before["files"]) - 1
     rows = rows_at(ns.uri)
 
-    result = ns.vacuum()  # grace: 7 days
+    result = ns.maintenance.vacuum()  # grace: 7 days
     assert result.orphans_removed == (old_orphan,)
     assert result.orphans_kept == (young_orphan,)
     assert result.files_removed == 1
@@ -339,7 +340,7 @@ def test_vacuum_removes_old_orphans_and_unreferenced_files_only(ns):
     assert [o.location for o in health.find_orphans(ns)] == [young_orphan]
 
     # with no grace left, the young orphan and the fresh fragment go too
-    result = ns.vacuum(grace=dt.timedelta(0))
+    result = ns.maintenance.vacuum(grace=dt.timedelta(0))
     assert result.orphans_removed == (young_orphan,)
     assert result.files_removed == 1
     assert not os.path.exists(os.path.join(uri, "data", fresh))
@@ -350,14 +351,14 @@ def test_vacuum_removes_old_orphans_and_unreferenced_files_only(ns):
 def test_vacuum_keeps_tables_older_manifest_versions_reference(ns):
     us = by_key(ns)[("US", 2025)]
     before_drop = ns.version
-    ns.drop_partitions("country = 'US' AND event_date < DATE '2026-01-01'")
-    result = ns.vacuum(grace=dt.timedelta(0))
+    ns.maintenance.drop_partitions("country = 'US' AND event_date < DATE '2026-01-01'")
+    result = ns.maintenance.vacuum(grace=dt.timedelta(0))
     assert result.orphans_removed == ()
     assert os.path.isdir(os.path.join(ns.uri, us["location"]))
     assert len(rows_at(ns.uri, before_drop)) == 48  # time travel before the drop still reads
     # once no retained manifest version references it, cleanup + vacuum remove it
-    ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
-    result = ns.vacuum(grace=dt.timedelta(0))
+    ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+    result = ns.maintenance.vacuum(grace=dt.timedelta(0))
     assert result.orphans_removed == (us["location"],)
     assert not os.path.exists(os.path.join(ns.uri, us["location"]))
     assert health.check_read_versions(ns) == ([], [])
@@ -368,7 +369,7 @@ def test_drop_partitions_drops_exactly_the_matching_ones_in_one_commit(ns):
     before = by_key(ns)
     rows = rows_at(ns.uri)
     version = ns.version
-    result = ns.drop_partitions("country = 'US'")
+    result = ns.maintenance.drop_partitions("country = 'US'")
     assert result.manifest_version == version + 1 == ns.version
     assert sorted(p.object_id for p in result.partitions) == sorted(
         p["object_id"] for k, p in before.items() if k[0] == "US"
@@ -377,7 +378,7 @@ def test_drop_partitions_drops_exactly_the_matching_ones_in_one_commit(ns):
     assert set(by_key(ns)) == {k for k in before if k[0] != "US"}
     assert rows_at(ns.uri) == [r for r in rows if r["country"] != "US"]
     assert rows_at(ns.uri, version) == rows  # time travel
-    props = ns._store.commit_properties(ns.version)
+    props = ns.state.store.commit_properties(ns.version)
     assert props["operation"] == "drop_partitions"
     # the US namespace rows went with its tables; data stays on storage
     manifest = lance.dataset(os.path.join(ns.uri, "__manifest")).to_table().to_pylist()
@@ -389,7 +390,7 @@ def test_drop_partitions_drops_exactly_the_matching_ones_in_one_commit(ns):
 def test_drop_partitions_by_a_data_column(ns):
     """Rows of a whole year match a date range: those partitions go, the others stay."""
     before = by_key(ns)
-    result = ns.drop_partitions("event_date >= DATE '2026-01-01'")
+    result = ns.maintenance.drop_partitions("event_date >= DATE '2026-01-01'")
     assert sorted(p.object_id for p in result.partitions) == sorted(
         p["object_id"] for k, p in before.items() if k[1] == 2026
     )
@@ -401,7 +402,9 @@ def test_drop_partitions_by_a_data_column(ns):
 def test_drop_partitions_refuses_a_partial_match_and_changes_nothing(ns):
     before = fingerprint(ns.uri)
     with pytest.raises(PartialPartitionError) as err:
-        ns.drop_partitions("country = 'US' AND id < 100")  # the first write's US rows only
+        ns.maintenance.drop_partitions(
+            "country = 'US' AND id < 100"
+        )  # the first write's US rows only
     us = sorted(p["object_id"] for k, p in by_key(ns).items() if k[0] == "US")
     assert sorted(err.value.partitions) == us
     assert {v["country"] for v in err.value.values} == {"US"}
@@ -411,23 +414,23 @@ def test_drop_partitions_refuses_a_partial_match_and_changes_nothing(ns):
 
 def test_drop_partitions_without_a_match_commits_nothing(ns):
     before = fingerprint(ns.uri)
-    result = ns.drop_partitions("country = 'XX'")
+    result = ns.maintenance.drop_partitions("country = 'XX'")
     assert result.partitions == () and result.manifest_version == ns.version
-    result = ns.drop_partitions("value < 0")  # read every partition, none matches
+    result = ns.maintenance.drop_partitions("value < 0")  # read every partition, none matches
     assert result.partitions == ()
     assert fingerprint(ns.uri) == before
     with pytest.raises(WriteError, match="needs a filter"):
-        ns.drop_partitions(None)
+        ns.maintenance.drop_partitions(None)
 
 
 def test_maintenance_refuses_a_pinned_namespace(ns):
     old = PartitionedNamespace.open(ns.uri, version=2)
     before = fingerprint(ns.uri)
     for call in (
-        lambda: old.compact(),
-        lambda: old.cleanup(older_than=dt.timedelta(0)),
-        lambda: old.vacuum(grace=dt.timedelta(0)),
-        lambda: old.drop_partitions("country = 'US'"),
+        lambda: old.maintenance.compact(),
+        lambda: old.maintenance.cleanup(older_than=dt.timedelta(0)),
+        lambda: old.maintenance.vacuum(grace=dt.timedelta(0)),
+        lambda: old.maintenance.drop_partitions("country = 'US'"),
     ):
         with pytest.raises(WriteError, match="opened at manifest version 2"):
             call()
@@ -445,7 +448,7 @@ def test_vacuum_never_takes_a_nested_namespace_for_an_orphan(tmp_path):
         tmp_path / "a" / "deadbeef_x", SCHEMA, [PartitionField.identity("country")]
     )
     inner.write(sample_table(4))
-    result = outer.vacuum(grace=dt.timedelta(0))
+    result = outer.maintenance.vacuum(grace=dt.timedelta(0))
     assert result.orphans_removed == ()
     assert PartitionedNamespace.open(tmp_path / "a" / "deadbeef_x").count_rows() == 4
 
@@ -457,9 +460,9 @@ def test_vacuum_removes_an_orphan_directory_without_files(tmp_path):
     ns.write(sample_table(3))
     empty = os.path.join(ns.uri, "0123abcd_v1$zzzzzzzzzzzzzzzz$dataset", "data")
     os.makedirs(empty)
-    kept = ns.vacuum(grace=dt.timedelta(hours=1))
+    kept = ns.maintenance.vacuum(grace=dt.timedelta(hours=1))
     assert "0123abcd_v1$zzzzzzzzzzzzzzzz$dataset" in kept.orphans_kept
-    result = ns.vacuum(grace=dt.timedelta(0))
+    result = ns.maintenance.vacuum(grace=dt.timedelta(0))
     assert result.orphans_removed == ("0123abcd_v1$zzzzzzzzzzzzzzzz$dataset",)
     assert not os.path.exists(os.path.dirname(empty))
     assert ns.count_rows() == 3

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from helpers.data import SCHEMA, fingerprint, sample_table
+from helpers.faults import CommitHooks
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core import manifest as manifest_mod
@@ -114,7 +115,7 @@ READS: dict[str, Callable[[PartitionedNamespace], Any]] = {
     "count_rows": lambda ns: ns.count_rows(),
     "filtered": lambda ns: ns.to_table("country = 'US'"),
     "plan_scan": lambda ns: ns.plan_scan("country IN ('US', 'FR', 'DE')"),
-    "partitions": lambda ns: ns.partitions(),
+    "partitions": lambda ns: ns.inspect.partitions(),
 }
 
 
@@ -139,10 +140,10 @@ CHANGES: dict[str, Callable[[PartitionedNamespace], Any]] = {
     "merge_insert": lambda ns: ns.merge_insert(sample_table(3, start=1), on="id"),
     "delete": lambda ns: ns.delete("id = 1"),
     "update": lambda ns: ns.update("id = 1", {"value": "value + 1"}),
-    "compact": lambda ns: ns.compact(),
-    "cleanup": lambda ns: ns.cleanup(),
-    "vacuum": lambda ns: ns.vacuum(grace=dt.timedelta(0)),
-    "drop_partitions": lambda ns: ns.drop_partitions("country = 'US'"),
+    "compact": lambda ns: ns.maintenance.compact(),
+    "cleanup": lambda ns: ns.maintenance.cleanup(),
+    "vacuum": lambda ns: ns.maintenance.vacuum(grace=dt.timedelta(0)),
+    "drop_partitions": lambda ns: ns.maintenance.drop_partitions("country = 'US'"),
 }
 
 
@@ -160,7 +161,7 @@ def test_cleanup_of_old_versions_refuses_before_removing_anything(hostile) -> No
     ns, oid = hostile
     before = fingerprint(ns.uri)
     with pytest.raises(ManifestError) as error:
-        ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+        ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
     _assert_names(error, oid)
     assert fingerprint(ns.uri) == before
 
@@ -168,7 +169,11 @@ def test_cleanup_of_old_versions_refuses_before_removing_anything(hostile) -> No
 @pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_duplicate_landing_during_a_write_refuses_its_commit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, large: bool
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    large: bool,
+    before_commit: CommitHooks,
 ) -> None:
     """The duplicate appears after the write read the manifest, before its commit: the commit
     (which re-reads the rows it touches) is refused and the manifest does not move."""
@@ -177,7 +182,7 @@ def test_a_duplicate_landing_during_a_write_refuses_its_commit(
     ns = PartitionedNamespace.create(tmp_path / "ns", SCHEMA, [PartitionField.identity("country")])
     ns.write(sample_table(6))
     landed: list[str] = []
-    ns._before_commit = lambda pending: landed.append(duplicate(ns.uri, kind))
+    before_commit(ns, lambda pending: landed.append(duplicate(ns.uri, kind)))
     with pytest.raises(ManifestError) as error:
         ns.write(sample_table(6, start=100))
     _assert_names(error, landed[0])
@@ -205,7 +210,7 @@ def _churn(root: str, rounds: int = 12) -> None:
     for i in range(1, rounds + 1):
         other.write(sample_table(6, start=100 * i))
         other.delete(f"id = {100 * i}")
-    other.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+    other.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
 
 
 STALE_READS: dict[str, Callable[[PartitionedNamespace], Any]] = {
@@ -214,7 +219,7 @@ STALE_READS: dict[str, Callable[[PartitionedNamespace], Any]] = {
     "plan_scan": lambda ns: ns.plan_scan("country = 'FR'"),
     "count_rows": lambda ns: ns.count_rows(),
     "scan": lambda ns: list(ns.scan()),
-    "partitions": lambda ns: ns.partitions(),
+    "partitions": lambda ns: ns.inspect.partitions(),
     "describe_namespace": lambda ns: ns.describe_namespace(["v1", "x"]),
     "check_schemas": lambda ns: ns.inspect.check_schemas(),
     "check_read_versions": lambda ns: ns.inspect.check_read_versions(),
@@ -272,8 +277,8 @@ def test_reading_old_manifest_versions_with_files_gone_is_a_package_error(
         "check_read_versions": lambda: ns.inspect.check_read_versions(history=None),
         "history": lambda: list(ns.inspect.history()),
         "open_old": lambda: PartitionedNamespace.open(ns.uri, version=4).to_table(),
-        "cleanup": lambda: ns.cleanup(),
-        "vacuum": lambda: ns.vacuum(),
+        "cleanup": lambda: ns.maintenance.cleanup(),
+        "vacuum": lambda: ns.maintenance.vacuum(),
     }.items():
         error = _package_error(run)
         assert error is not None, name

@@ -16,6 +16,7 @@ import lance
 import pyarrow as pa
 import pytest
 from helpers.data import SCHEMA, fingerprint, sample_table, sorted_rows
+from helpers.faults import before_row_change_commit
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core import row_changes
@@ -51,11 +52,11 @@ def as_dict(ns: PartitionedNamespace) -> dict[int, dict]:
 
 
 def pins(ns: PartitionedNamespace) -> dict[str, int]:
-    return {p["object_id"]: p["read_version"] for p in ns.partitions()}
+    return {p["object_id"]: p["read_version"] for p in ns.inspect.partitions()}
 
 
 def by_country(ns: PartitionedNamespace) -> dict[str, str]:
-    return {p["values"]["country"]: p["object_id"] for p in ns.partitions()}
+    return {p["values"]["country"]: p["object_id"] for p in ns.inspect.partitions()}
 
 
 # -- merge ------------------------------------------------------------------------------------
@@ -85,7 +86,7 @@ def test_merge_new_partition_is_created_and_registered(tmp_path):
     assert result.rows_inserted == 2 and len(result.partitions_created) == 1
     assert sorted(by_country(ns)) == ["DE", "FR", "IT", "US"]
     assert ns.count_rows("country = 'IT'") == 2
-    assert ns.explain("country = 'IT'").tasks[0].object_id == result.partitions_created[0]
+    assert ns.plan_scan("country = 'IT'").tasks[0].object_id == result.partitions_created[0]
 
 
 def test_merge_moves_a_key_whose_partition_changed(tmp_path):
@@ -190,7 +191,7 @@ def test_merge_finds_rows_written_under_an_older_spec(tmp_path):
     got = {r["id"]: r["value"] for r in ns.to_table(filter="id IN (0, 3)").to_pylist()}
     assert got == {0: 100.0, 3: 300.0}
     # the updated rows now live in spec v2 partitions
-    v2 = [p for p in ns.partitions() if p["spec_id"] == 2]
+    v2 = [p for p in ns.inspect.partitions() if p["spec_id"] == 2]
     assert sorted((p["values"]["country"], p["values"]["event_date"]) for p in v2) == [
         ("US", D1),
         ("US", D2),
@@ -226,7 +227,7 @@ def test_unregistered_table_versions_never_leak_into_a_change(tmp_path, operatio
     # a change is built on the pinned version (Lance would rebase a commit made on it onto
     # the later one: the executor checks and makes it again on a detached copy)
     ns = make_ns(tmp_path)
-    us = next(p for p in ns.partitions() if p["values"] == {"country": "US"})
+    us = next(p for p in ns.inspect.partitions() if p["values"] == {"country": "US"})
     uri = os.path.join(ns.uri, us["location"])
     lance.write_dataset(rows((900, "US", D1, 9.0)), uri, mode="append")
     assert lance.dataset(uri).version > us["read_version"]
@@ -335,7 +336,7 @@ def test_update_rows_of_an_older_spec_stay_unless_their_partition_changes(tmp_pa
     assert r1.partitions == (ids["US"],) and r1.rows_moved == 0
     r2 = ns.update("id = 1", {"country": "'US'"})
     assert r2.rows_moved == 1 and len(r2.partitions_created) == 1  # into a spec v2 partition
-    assert {p["spec_id"] for p in ns.partitions()} == {1, 2}
+    assert {p["spec_id"] for p in ns.inspect.partitions()} == {1, 2}
     assert ns.to_table(filter="id = 1").to_pylist()[0]["country"] == "US"
 
 
@@ -380,14 +381,11 @@ def test_confine_holds_against_a_concurrent_write_of_the_key_elsewhere(tmp_path)
     def concurrently() -> None:
         other.write(rows((900, "FR", D1, 5.0)))
 
-    with pytest.raises(UnnamedPartitionError, match="900"):
-        row_changes.merge_rows(
-            ns,
-            rows((900, "US", D1, 1.0)),
-            "id",
-            confine="country = 'US'",
-            before_commit=concurrently,
-        )
+    with (
+        before_row_change_commit(ns, concurrently),
+        pytest.raises(UnnamedPartitionError, match="900"),
+    ):
+        row_changes.merge_rows(ns, rows((900, "US", D1, 1.0)), "id", confine="country = 'US'")
     got = ns.refresh().to_table(filter="id = 900").to_pylist()
     assert [(r["country"], r["value"]) for r in got] == [("FR", 5.0)]  # the other write only
     assert ns.count_rows("country = 'US'") == 4
@@ -395,12 +393,8 @@ def test_confine_holds_against_a_concurrent_write_of_the_key_elsewhere(tmp_path)
     # without confine the same race moves the row (the behaviour confine exists to refuse)
     ns2 = make_ns(tmp_path / "plain")
     other2 = PartitionedNamespace.open(ns2.uri)
-    row_changes.merge_rows(
-        ns2,
-        rows((900, "US", D1, 1.0)),
-        "id",
-        before_commit=lambda: other2.write(rows((900, "FR", D1, 5.0))),
-    )
+    with before_row_change_commit(ns2, lambda: other2.write(rows((900, "FR", D1, 5.0)))):
+        row_changes.merge_rows(ns2, rows((900, "US", D1, 1.0)), "id")
     got = ns2.refresh().to_table(filter="id = 900").to_pylist()
     assert [(r["country"], r["value"]) for r in got] == [("US", 1.0)]
 
@@ -412,9 +406,9 @@ def test_a_concurrent_append_to_a_touched_partition_is_kept(tmp_path):
     def concurrently() -> None:
         other.write(rows((500, "US", D1, 5.0)))
 
-    row_changes.merge_rows(
-        ns, rows((0, "US", D1, 100.0)), "id", before_commit=concurrently
-    )  # conflicts once, redone on the new US version
+    with before_row_change_commit(ns, concurrently):
+        # conflicts once, redone on the new US version
+        row_changes.merge_rows(ns, rows((0, "US", D1, 100.0)), "id")
     got = as_dict(ns.refresh())
     assert got[0]["value"] == 100.0 and 500 in got and len(got) == 13
 
@@ -426,7 +420,8 @@ def test_a_concurrent_update_of_the_same_row_is_not_lost(tmp_path):
     def concurrently() -> None:
         other.update("id = 0", {"event_date": "DATE '2030-01-01'"})
 
-    row_changes.update_rows(ns, "id = 0", {"value": "value + 1000"}, before_commit=concurrently)
+    with before_row_change_commit(ns, concurrently):
+        row_changes.update_rows(ns, "id = 0", {"value": "value + 1000"})
     row = ns.refresh().to_table(filter="id = 0").to_pylist()
     assert row == [{"id": 0, "country": "US", "event_date": dt.date(2030, 1, 1), "value": 1000.0}]
 
@@ -434,36 +429,35 @@ def test_a_concurrent_update_of_the_same_row_is_not_lost(tmp_path):
 def test_a_concurrent_delete_is_respected(tmp_path):
     ns = make_ns(tmp_path)
     other = PartitionedNamespace.open(ns.uri)
-    row_changes.delete_rows(
-        ns, "id = 3", before_commit=lambda: other.delete("country = 'US' AND id <> 3")
-    )
+    with before_row_change_commit(ns, lambda: other.delete("country = 'US' AND id <> 3")):
+        row_changes.delete_rows(ns, "id = 3")
     assert ns.refresh().count_rows("country = 'US'") == 0
 
 
 def test_a_partition_created_concurrently_is_merged_into_not_duplicated(tmp_path):
     ns = make_ns(tmp_path)
     other = PartitionedNamespace.open(ns.uri)
-    result = row_changes.merge_rows(
-        ns,
-        rows((70, "IT", D1, 1.0), (71, "IT", D1, 2.0)),
-        "id",
-        before_commit=lambda: other.write(rows((70, "IT", D2, -70.0), (72, "IT", D2, 7.0))),
-    )
+
+    def concurrently() -> None:
+        other.write(rows((70, "IT", D2, -70.0), (72, "IT", D2, 7.0)))
+
+    with before_row_change_commit(ns, concurrently):
+        result = row_changes.merge_rows(ns, rows((70, "IT", D1, 1.0), (71, "IT", D1, 2.0)), "id")
     got = sorted_rows(ns.refresh().to_table(filter="country = 'IT'"))
     assert [(r["id"], r["value"]) for r in got] == [(70, 1.0), (71, 2.0), (72, 7.0)]
     assert (result.rows_updated, result.rows_inserted) == (1, 1)
-    assert len([p for p in ns.partitions() if p["values"]["country"] == "IT"]) == 1
+    assert len([p for p in ns.inspect.partitions() if p["values"]["country"] == "IT"]) == 1
 
 
 def test_a_concurrent_overwrite_of_a_touched_partition_is_merged_into(tmp_path):
     ns = make_ns(tmp_path)
     other = PartitionedNamespace.open(ns.uri)
-    row_changes.merge_rows(
-        ns,
-        rows((0, "US", D1, 100.0), (3, "US", D1, 300.0)),
-        ["id", "country"],
-        before_commit=lambda: other.write(rows((0, "US", D2, -1.0)), mode="overwrite_partitions"),
-    )
+    with before_row_change_commit(
+        ns, lambda: other.write(rows((0, "US", D2, -1.0)), mode="overwrite_partitions")
+    ):
+        row_changes.merge_rows(
+            ns, rows((0, "US", D1, 100.0), (3, "US", D1, 300.0)), ["id", "country"]
+        )
     got = sorted_rows(ns.refresh().to_table(filter="country = 'US'"))
     assert [(r["id"], r["value"]) for r in got] == [(0, 100.0), (3, 300.0)]
 
@@ -483,13 +477,11 @@ def test_partitions_that_keep_moving_give_up_with_a_conflict(tmp_path, monkeypat
     other = PartitionedNamespace.open(ns.uri)
     monkeypatch.setattr(row_changes.commit, "MAX_REDO", 0)
     version = ns.version
-    with pytest.raises(CommitConflictError):
-        row_changes.merge_rows(
-            ns,
-            rows((0, "US", D1, 100.0)),
-            "id",
-            before_commit=lambda: other.write(rows((501, "US", D1, 1.0))),
-        )
+    with (
+        before_row_change_commit(ns, lambda: other.write(rows((501, "US", D1, 1.0)))),
+        pytest.raises(CommitConflictError),
+    ):
+        row_changes.merge_rows(ns, rows((0, "US", D1, 100.0)), "id")
     assert ns.refresh().version == version + 1  # only the concurrent write landed
     assert as_dict(ns)[0]["value"] == 0.0
 
@@ -570,7 +562,7 @@ def _kill_trials(tmp_path, trials: int) -> dict[str, int]:
         countries = {r["id"]: r["country"] for r in got}
         assert all(countries[i] == f"C{i % 20}" for i in range(n))
         # every pinned version is readable
-        for p in after.partitions():
+        for p in after.inspect.partitions():
             lance.dataset(os.path.join(root, p["location"]), version=p["read_version"])
     return seen  # which states were seen depends on timing
 

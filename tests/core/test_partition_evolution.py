@@ -147,4 +147,4 @@ def test_filters_plan_before_the_first_write_under_a_new_spec(tmp_path):
     ns.write(pa.table({"k": [1, 2], "v": [1, 2]}, schema=schema))
     ns.update_spec([PartitionField.bucket("k", 3)])
     assert ns.to_table(filter="k = 1").column("v").to_pylist() == [1]
-    assert len(ns.explain("k = 1").tasks) == 1
+    assert len(ns.plan_scan("k = 1").tasks) == 1

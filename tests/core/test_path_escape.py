@@ -42,7 +42,7 @@ def setup(tmp_path: Path):
 
 def _hijack(ns: PartitionedNamespace, **columns) -> str:
     """Point the US partition's manifest row at ``columns`` (a hostile manifest edit)."""
-    us = next(p for p in ns.partitions() if p["values"]["country"] == "US")
+    us = next(p for p in ns.inspect.partitions() if p["values"]["country"] == "US")
     store = ManifestStore(ns.uri)
 
     def plan(snap: ManifestSnapshot) -> ManifestEdit:
@@ -100,11 +100,11 @@ def test_maintenance_never_deletes_outside_the_root(setup, tmp_path: Path, locat
     _hijack(ns, location=hostile)
     foreign_before = _tree(foreign)
     with pytest.raises(PathEscapeError):
-        ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+        ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
     with pytest.raises(PathEscapeError):
-        ns.vacuum(grace=dt.timedelta(0))
+        ns.maintenance.vacuum(grace=dt.timedelta(0))
     with pytest.raises(PathEscapeError):
-        ns.compact()
+        ns.maintenance.compact()
     assert _tree(foreign) == foreign_before
     # the health check reports the row instead of following it
     from dagster_lance_partitioned.core.health import check_read_versions

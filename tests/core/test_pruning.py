@@ -96,7 +96,7 @@ def test_appendix_d_exactly_two_tables(tmp_path):
     assert got == {(1, (dt.date(2025, 12, 10),)), (2, (2025, "US"))}
     assert "partition_field_event_year` = 2025" in plan.manifest_query
     assert "object_id LIKE 'v1$%'" in plan.manifest_query
-    text = ns.explain("event_date = '2025-12-10' AND country = 'US'")
+    text = ns.plan_scan("event_date = '2025-12-10' AND country = 'US'")
     assert "spec v1: keep 1 / 3" in str(text) and "spec v2: keep 1 / 4" in str(text)
     expected = [r[0] for r in rows if r[1] == dt.date(2025, 12, 10) and r[2] == "US"]
     got_rows = ns.to_table("event_date = '2025-12-10' AND country = 'US'")["id"].to_pylist()
@@ -155,7 +155,7 @@ def ident(tmp_path):
 )
 def test_identity_projection_is_exact(ident, flt, expect):
     ns, t = ident
-    parts = {tuple(p["values"].values()) for p in ns.partitions()}
+    parts = {tuple(p["values"].values()) for p in ns.inspect.partitions()}
     assert kept(ns, flt) == {p for p in parts if expect(*p)}
     rows = t.to_pylist()
     got = sorted(ns.to_table(filter=flt)["id"].to_pylist())
@@ -164,7 +164,7 @@ def test_identity_projection_is_exact(ident, flt, expect):
 
 def test_unprunable_conditions_keep_everything(ident):
     ns, _ = ident
-    every = {tuple(p["values"].values()) for p in ns.partitions()}
+    every = {tuple(p["values"].values()) for p in ns.inspect.partitions()}
     assert kept(ns, "k + 1 = 3") == every
     assert kept(ns, "id = 5 OR k = 1") == every
     assert kept(ns, "k = 1 AND id > 3") == {v for v in every if v[0] == 1}  # AND keeps what it can
@@ -364,7 +364,7 @@ def test_case_expressions_range_and_list(tmp_path):
 
 def test_explain_is_readable_and_json(ident):
     ns, _ = ident
-    plan = ns.explain("k = 2 AND s = 'banana'")
+    plan = ns.plan_scan("k = 2 AND s = 'banana'")
     text = str(plan)
     assert "spec v1: keep 1 / 16 partitions where" in text
     assert "partition_field_k` = 2" in text and "partition_field_s` = 'banana'" in text
@@ -401,7 +401,7 @@ def test_large_manifests_get_indexes_and_plan_the_same(tmp_path, monkeypatch):
     for flt in ["k = 3", "k IN (1, 2) AND s = 'b'", "k >= 10", "s LIKE 'c%' OR k = 0"]:
         fresh = PartitionedNamespace.open(ns.uri)  # manifest not loaded: Lance's indexed scan
         loaded = PartitionedNamespace.open(ns.uri)
-        loaded.partitions()  # manifest in memory: DataFusion over the rows
+        loaded.inspect.partitions()  # manifest in memory: DataFusion over the rows
         a = {x.object_id for x in fresh.plan_scan(flt).tasks}
         b = {x.object_id for x in loaded.plan_scan(flt).tasks}
         assert a == b and a, flt
@@ -411,7 +411,7 @@ def test_large_manifests_get_indexes_and_plan_the_same(tmp_path, monkeypatch):
     assert "partition_field_k" in {n for i in m.describe_indices() for n in i.field_names}
     for flt in ["k = 3", "k IN (1, 2) AND s = 'b'"]:  # new rows are found through the indexes
         fresh, loaded = PartitionedNamespace.open(ns.uri), PartitionedNamespace.open(ns.uri)
-        loaded.partitions()
+        loaded.inspect.partitions()
         assert {x.object_id for x in fresh.plan_scan(flt).tasks} == {
             x.object_id for x in loaded.plan_scan(flt).tasks
         }

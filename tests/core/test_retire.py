@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from helpers.data import SCHEMA, fail_write, sample_table, sorted_rows
+from helpers.faults import CommitHooks, before_row_change_commit
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core import maintenance, retire, row_changes, storage
@@ -39,7 +40,9 @@ def _ns(tmp_path: Path) -> PartitionedNamespace:
 class _Paused:
     """Runs ``op`` in a thread that stops just before its manifest commit until released."""
 
-    def __init__(self, ns: PartitionedNamespace, op: Callable[[], Any]) -> None:
+    def __init__(
+        self, ns: PartitionedNamespace, op: Callable[[], Any], before_commit: CommitHooks
+    ) -> None:
         self.ready, self.go = threading.Event(), threading.Event()
         self.result: Any = None
         self.error: BaseException | None = None
@@ -48,7 +51,7 @@ class _Paused:
             self.ready.set()
             assert self.go.wait(30)
 
-        ns._before_commit = hook
+        before_commit(ns, hook)
 
         def run() -> None:
             try:
@@ -88,23 +91,23 @@ def _readable(uri: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("mode", ["append", "overwrite_partitions"])
 def test_a_write_registered_inside_a_cleanup_is_refused_not_broken(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, before_commit: CommitHooks
 ) -> None:
     ns = _ns(tmp_path)
     before = _readable(ns.uri)
     writer = PartitionedNamespace.open(ns.uri)
     new = sample_table(4, countries=("US",), start=500)
-    paused = _Paused(writer, lambda: writer.write(new, mode=mode))
+    paused = _Paused(writer, lambda: writer.write(new, mode=mode), before_commit)
     other = PartitionedNamespace.open(ns.uri)
     # the paused write's detached version exists (unpinned) before the cleanup lists tables
     calls = _inside_first_deletion(monkeypatch, paused)
-    result = other.cleanup(older_than=ZERO, keep_manifest_versions=1)
+    result = other.maintenance.cleanup(older_than=ZERO, keep_manifest_versions=1)
     assert calls and result.table_versions_removed > 0
     assert isinstance(paused.error, MaintenanceConflictError), paused.error
     assert isinstance(paused.error, CommitConflictError)  # a conflict: retry it
     assert "retry" in str(paused.error) and "retired" in str(paused.error)
     assert _readable(ns.uri) == before  # opens, reads, nothing of the write visible
-    writer._before_commit = None
+    before_commit(writer, None)
     writer.write(new, mode=mode)  # a retry lands
     fresh = PartitionedNamespace.open(ns.uri)
     assert fresh.count_rows("id >= 500") == 4
@@ -112,19 +115,19 @@ def test_a_write_registered_inside_a_cleanup_is_refused_not_broken(
 
 
 def test_a_new_partition_registered_inside_a_vacuum_is_refused_not_broken(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before_commit: CommitHooks
 ) -> None:
     ns = _ns(tmp_path)
     before = _readable(ns.uri)
     writer = PartitionedNamespace.open(ns.uri)
     new = sample_table(4, countries=("NL",), start=500)  # a new partition: an orphan until commit
-    paused = _Paused(writer, lambda: writer.write(new))
+    paused = _Paused(writer, lambda: writer.write(new), before_commit)
     calls = _inside_first_deletion(monkeypatch, paused)
-    result = PartitionedNamespace.open(ns.uri).vacuum(grace=ZERO)
+    result = PartitionedNamespace.open(ns.uri).maintenance.vacuum(grace=ZERO)
     assert calls and result.orphans_removed
     assert isinstance(paused.error, MaintenanceConflictError), paused.error
     assert _readable(ns.uri) == before
-    writer._before_commit = None
+    before_commit(writer, None)
     writer.write(new)
     assert PartitionedNamespace.open(ns.uri).count_rows("country = 'NL'") == 4
 
@@ -140,9 +143,10 @@ def test_a_merge_inside_a_cleanup_is_redone_and_lands(tmp_path: Path) -> None:
     cleaned: list[Any] = []
 
     def meanwhile() -> None:
-        cleaned.append(other.cleanup(older_than=ZERO, keep_manifest_versions=1))
+        cleaned.append(other.maintenance.cleanup(older_than=ZERO, keep_manifest_versions=1))
 
-    result = row_changes.merge_rows(writer, changed, "id", before_commit=meanwhile)
+    with before_row_change_commit(writer, meanwhile):
+        result = row_changes.merge_rows(writer, changed, "id")
     assert cleaned and cleaned[0].table_versions_removed > 0
     assert result.rows_updated == 3
     fresh = PartitionedNamespace.open(ns.uri)
@@ -152,7 +156,9 @@ def test_a_merge_inside_a_cleanup_is_redone_and_lands(tmp_path: Path) -> None:
     assert fresh.count_rows() == 12
 
 
-def test_a_write_elsewhere_is_not_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_write_elsewhere_is_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before_commit: CommitHooks
+) -> None:
     """A retirement names tables and versions: a write into another table still lands."""
     ns = PartitionedNamespace.create(tmp_path / "ns", SCHEMA, FIELDS)
     ns.write(sample_table(2, countries=("US",)))
@@ -164,9 +170,11 @@ def test_a_write_elsewhere_is_not_refused(tmp_path: Path, monkeypatch: pytest.Mo
     for path in (tmp_path / "ns" / us).rglob("*"):
         os.utime(path, (old, old))  # US's files are two hours old, FR's new
     writer = PartitionedNamespace.open(ns.uri)
-    paused = _Paused(writer, lambda: writer.write(sample_table(2, countries=("FR",), start=30)))
+    paused = _Paused(
+        writer, lambda: writer.write(sample_table(2, countries=("FR",), start=30)), before_commit
+    )
     calls = _inside_first_deletion(monkeypatch, paused)
-    result = PartitionedNamespace.open(ns.uri).cleanup(older_than=dt.timedelta(hours=1))
+    result = PartitionedNamespace.open(ns.uri).maintenance.cleanup(older_than=dt.timedelta(hours=1))
     assert calls and result.table_versions_removed == 1
     assert paused.error is None, paused.error
     assert PartitionedNamespace.open(ns.uri).count_rows() == 8
@@ -187,13 +195,13 @@ def test_compaction_made_before_a_retirement_is_skipped(
         out = real(*args, **kwargs)
         if not done.is_set():
             done.set()  # the compacted version exists, unregistered: a cleanup retires it
-            other.cleanup(older_than=ZERO, keep_manifest_versions=1)
+            other.maintenance.cleanup(older_than=ZERO, keep_manifest_versions=1)
         return out
 
     monkeypatch.setattr(maintenance, "_compact_table", compact_then_cleanup)
     serial = lambda fn, items, threads=0: list(map(fn, items))  # noqa: E731
     monkeypatch.setattr(maintenance, "parallel_map", serial)
-    result = ns.compact()
+    result = ns.maintenance.compact()
     assert result.skipped  # the retired ones are left for the next run
     assert _readable(ns.uri) == before
     assert PartitionedNamespace.open(ns.uri).inspect.check_read_versions()[0] == []
@@ -202,7 +210,7 @@ def test_compaction_made_before_a_retirement_is_skipped(
 def test_a_retirement_is_stored_and_bounded(tmp_path: Path) -> None:
     ns = _ns(tmp_path)
     assert retire.epoch(ns.state.snapshot) == 0
-    ns.cleanup(older_than=ZERO, keep_manifest_versions=1)
+    ns.maintenance.cleanup(older_than=ZERO, keep_manifest_versions=1)
     snap = ns.refresh().state.snapshot
     assert retire.epoch(snap) == 1
     text = snap.metadata[retire.SLOT_PREFIX + "1"]
@@ -212,7 +220,7 @@ def test_a_retirement_is_stored_and_bounded(tmp_path: Path) -> None:
     assert len(huge.to_json(7)) <= retire.MAX_MARKS_BYTES
     assert retire.Retirement.from_json(huge.to_json(7))[1].names(retire.Use("t000001", 9, 8, 0))
     for _ in range(retire.KEPT_FENCES + 2):
-        retire.announce(ns.state.store, retire.Retirement(files=frozenset({"x"})), "test")
+        maintenance.announce(ns.state.store, retire.Retirement(files=frozenset({"x"})), "test")
     snap = ns.refresh().state.snapshot
     assert len(retire.fences(snap)) == retire.KEPT_FENCES
     # a version made before the forgotten announcements conflicts, whatever it touches
@@ -220,7 +228,9 @@ def test_a_retirement_is_stored_and_bounded(tmp_path: Path) -> None:
     assert not retire.conflicting(snap, [retire.Use("elsewhere", 1, None, retire.epoch(snap) - 1)])
 
 
-def test_a_replacement_whose_intervening_commits_were_cleaned_up_conflicts(tmp_path: Path) -> None:
+def test_a_replacement_whose_intervening_commits_were_cleaned_up_conflicts(
+    tmp_path: Path, before_commit: CommitHooks
+) -> None:
     """A replacing write cannot tell what commits since its base replaced once those manifest
     versions are gone: it assumes the worst (a conflict), never a raw error."""
     ns = _ns(tmp_path)
@@ -233,7 +243,7 @@ def test_a_replacement_whose_intervening_commits_were_cleaned_up_conflicts(tmp_p
         other.write(sample_table(2, countries=("FR",), start=910))
         other.state.store.dataset().cleanup_old_versions(older_than=ZERO, retain_versions=1)
 
-    writer._before_commit = meanwhile
+    before_commit(writer, meanwhile)
     with pytest.raises(CommitConflictError):
         writer.write(sample_table(3, countries=("US",), start=800), mode="overwrite_partitions")
     assert PartitionedNamespace.open(ns.uri).count_rows() == len(before) + 4

@@ -59,7 +59,7 @@ def table_of(ns: PartitionedNamespace, country: str) -> lance.LanceDataset:
 
 def partition_ids(ns: PartitionedNamespace) -> dict[str, dict]:
     """Table object id -> partition values."""
-    return {p["object_id"]: p["values"] for p in ns.partitions()}
+    return {p["object_id"]: p["values"] for p in ns.inspect.partitions()}
 
 
 def data_files(ds: lance.LanceDataset) -> set[str]:
@@ -334,7 +334,7 @@ def test_old_spec_with_a_dropped_source_still_reads(tmp_path):
     assert ns.plan_scan().total_partitions == 3
     assert sorted(ns.to_table("value > 9.5")["id"].to_pylist()) == [10, 11]
     ns.write(pa.table({"id": pa.array([300], pa.int64()), "country": ["US"], "value": [1.0]}))
-    assert {p["spec_id"] for p in ns.partitions()} == {1, 2}
+    assert {p["spec_id"] for p in ns.inspect.partitions()} == {1, 2}
     assert ns.count_rows() == 13
 
 
@@ -473,7 +473,9 @@ def test_table_without_field_ids_reads_by_name(tmp_path):
 
 
 # -- concurrency ----------------------------------------------------------------------------------
-def test_append_rebased_onto_a_partition_evolved_concurrently_keeps_both_writes(tmp_path):
+def test_append_rebased_onto_a_partition_evolved_concurrently_keeps_both_writes(
+    tmp_path, before_commit
+):
     """A writer that read the old schema commits after another added a column and appended to
     the same partition with it: its rows are re-laid out for the evolved table, nothing lost."""
     ns = make_ns(tmp_path)
@@ -483,9 +485,9 @@ def test_append_rebased_onto_a_partition_evolved_concurrently_keeps_both_writes(
         other.add_columns(pa.field("score", pa.int32()))
         other.write(pa.table({"id": [900], "country": ["US"], "score": pa.array([5], pa.int32())}))
 
-    ns._before_commit = meanwhile
+    before_commit(ns, meanwhile)
     ns.write(pa.table({"id": pa.array([901], pa.int64()), "country": ["US"], "value": [1.0]}))
-    ns._before_commit = None
+    before_commit(ns, None)
     rows = {r["id"]: r for r in ns.to_table("country = 'US'").to_pylist()}
     assert sorted(rows) == [0, 3, 6, 9, 900, 901]
     assert rows[900]["score"] == 5 and rows[901]["score"] is None

@@ -59,7 +59,7 @@ def manifest_version(ns: PartitionedNamespace) -> int:
 
 
 def read_versions(ns: PartitionedNamespace) -> dict[str, int]:
-    return {p["object_id"]: p["read_version"] for p in ns.partitions()}
+    return {p["object_id"]: p["read_version"] for p in ns.inspect.partitions()}
 
 
 def rows_per_partition(table: pa.Table) -> dict[tuple[str, int], int]:
@@ -81,7 +81,7 @@ def ns(tmp_path) -> PartitionedNamespace:
 
 def test_fixture_spreads_rows_over_partitions_of_mixed_sizes(ns):
     sizes = rows_per_partition(ROWS)
-    assert len(ns.partitions()) == len(sizes) == 12
+    assert len(ns.inspect.partitions()) == len(sizes) == 12
     assert sum(1 for s in sizes.values() if s < MIN_ROWS) == 3
     assert sum(1 for s in sizes.values() if s >= MIN_ROWS) == 9
 
@@ -218,7 +218,7 @@ def test_filtered_vector_search_is_brute_force_over_the_filtered_rows(ns, sql, e
 
 
 def test_filter_prunes_partitions_before_searching(ns):
-    plan = ns.explain("tenant = 'b'")
+    plan = ns.plan_scan("tenant = 'b'")
     assert len(plan.tasks) == 3
     found = ns.search(queries(1)[0], k=50, filter="tenant = 'b'")
     assert set(found.column("tenant").to_pylist()) == {"b"}
@@ -724,7 +724,9 @@ def test_vector_column_added_after_some_partitions_were_written(ns):
     ns.write(more)
     cov = ns.create_index("w", "IVF_FLAT", min_rows=MIN_ROWS, num_partitions=2)
     tables = index_map(ns)
-    with_w = {p["object_id"] for p in ns.partitions() if "w" in table_of(ns, p).schema.names}
+    with_w = {
+        p["object_id"] for p in ns.inspect.partitions() if "w" in table_of(ns, p).schema.names
+    }
     assert len(with_w) == 6  # tenant a's tables (written to again) and tenant e's new ones
     big = {oid for oid in with_w if tables[oid][0] >= MIN_ROWS}
     assert cov.partitions_total == 15
@@ -810,7 +812,7 @@ def test_label_list_index_on_a_list_column(tmp_path):
     ns = PartitionedNamespace.create(tmp_path / "ns", schema, FIELDS)
     ns.write(rows)
     cov = ns.create_index("tags", "LABEL_LIST")
-    assert cov.partitions_indexed == cov.partitions_total == len(ns.partitions())
+    assert cov.partitions_indexed == cov.partitions_total == len(ns.inspect.partitions())
     with pytest.raises(IndexDeclarationError, match="'tags'"):
         ns.create_index("tags", "BTREE")
     q = queries(1)[0]

@@ -94,7 +94,7 @@ def test_append_of_new_partitions_indexes_them_in_the_write_commit(ns, tmp_path)
     more = make_rows(900, seed=51, start=10_000, tenants=("e",), weights=None)
     result = ns.write(more, mode="append")
     assert result.manifest_version == manifest_version(ns) == before + 1  # one commit
-    assert len(ns.partitions()) == 15
+    assert len(ns.inspect.partitions()) == 15
     assert_indexed(ns)
     cov = coverage(ns)
     assert cov[VEC].partitions_indexed == 12
@@ -254,7 +254,7 @@ def test_delete_keeps_the_tables_indexed(ns, tmp_path):
     before = manifest_version(ns)
     ns.delete("n < 150 OR tenant = 'd'")
     assert manifest_version(ns) == before + 1
-    assert len(ns.partitions()) == 9  # tenant d's tables are deregistered
+    assert len(ns.inspect.partitions()) == 9  # tenant d's tables are deregistered
     assert_indexed(ns)
     expected = ROWS.filter((pc.field("n") >= 150) & (pc.field("tenant") != "d"))
     assert_search_exact(ns, expected, tmp_path, text_rel=0.1)
@@ -320,7 +320,7 @@ def test_a_write_whose_index_build_fails_commits_nothing(tmp_path):
     assert "num_sub_vectors" in str(err.value)
     assert _manifest_state(ns) == before
     fresh = PartitionedNamespace.open(ns.uri)
-    assert fresh.partitions() == []
+    assert fresh.inspect.partitions() == []
     assert fresh.count_rows() == 0
 
 
@@ -374,7 +374,9 @@ def test_text_scores_after_a_delete_equal_a_fresh_dataset(ns, tmp_path):
     assert_search_exact(ns, expected, tmp_path)
 
 
-def test_a_write_racing_the_declaration_leaves_partitions_needing_until_optimize(tmp_path):
+def test_a_write_racing_the_declaration_leaves_partitions_needing_until_optimize(
+    tmp_path, before_commit
+):
     ns = make_ns(tmp_path / "ns", ROWS)
     declarer = PartitionedNamespace.open(ns.uri)
     more = make_rows(900, seed=68, start=90_000, tenants=("e",), weights=None)
@@ -383,13 +385,13 @@ def test_a_write_racing_the_declaration_leaves_partitions_needing_until_optimize
         # the declaration lands after this write planned, before its manifest commit
         declarer.create_index("v", "IVF_FLAT", min_rows=MIN_ROWS, num_partitions=2)
 
-    ns._before_commit = declare
+    before_commit(ns, declare)
     try:
         ns.write(more)
     finally:
-        ns._before_commit = None
+        before_commit(ns, None)
     (cov,) = ns.indexes()
-    new = {p["object_id"] for p in ns.partitions() if p["values"]["tenant"] == "e"}
+    new = {p["object_id"] for p in ns.inspect.partitions() if p["values"]["tenant"] == "e"}
     assert len(new) == 3
     assert cov.partitions_needing == 3
     assert set(cov.needing) == new

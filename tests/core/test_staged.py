@@ -61,7 +61,7 @@ def test_workers_in_other_processes_share_new_partition_tables(ns):
     assert sorted_rows(ns.to_table()) == sorted(
         before_rows + a.to_pylist() + b.to_pylist(), key=lambda r: r["id"]
     )
-    parts = ns.partitions()
+    parts = ns.inspect.partitions()
     keys = [tuple(p["values"].values()) for p in parts]
     assert len(keys) == len(set(keys))  # one table per partition, shared by both workers
     for p in parts:
@@ -151,15 +151,15 @@ def test_named_new_partition_without_rows_is_registered_empty(ns, staged):
             ),
         )
     )
-    before = len(ns.partitions())
+    before = len(ns.inspect.partitions())
     if staged:
         sw = StagedWrite.begin(ns, "overwrite_partitions", partitions=named)
         result = sw.commit([sw.stage(rows.to_batches())])
     else:
         result = ns.write(rows, "overwrite_partitions", partitions=named)
     ns.refresh()
-    jp = [p for p in ns.partitions() if p["values"]["country"] == "JP"]
-    assert len(jp) == 1 and len(ns.partitions()) == before + 1
+    jp = [p for p in ns.inspect.partitions() if p["values"]["country"] == "JP"]
+    assert len(jp) == 1 and len(ns.inspect.partitions()) == before + 1
     assert ns.count_rows("country = 'JP'") == 0
     assert ns.count_rows("country = 'US' AND event_date = DATE '2025-12-10'") == rows.num_rows
     assert sorted((p.values["country"], p.rows, p.created) for p in result.partitions) == [

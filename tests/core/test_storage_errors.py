@@ -34,7 +34,7 @@ def _clean(error: BaseException) -> str:
 
 
 def _us(ns: PartitionedNamespace) -> dict:
-    return next(p for p in ns.partitions() if p["values"]["country"] == "US")
+    return next(p for p in ns.inspect.partitions() if p["values"]["country"] == "US")
 
 
 def test_missing_manifest_data_file(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_corrupt_manifest_data_file(tmp_path: Path) -> None:
     for f in glob.glob(f"{ns.uri}/__manifest/data/*"):
         Path(f).write_bytes(b"garbage" * 10)
     with pytest.raises(StorageError) as info:
-        PartitionedNamespace.open(ns.uri).partitions()
+        PartitionedNamespace.open(ns.uri).inspect.partitions()
     assert ns.uri in _clean(info.value) and "__manifest" in str(info.value)
 
 

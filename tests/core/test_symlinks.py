@@ -49,7 +49,7 @@ def ns(tmp_path: Path) -> PartitionedNamespace:
 
 
 def us(ns: PartitionedNamespace) -> dict:
-    return next(p for p in ns.partitions() if p["values"]["country"] == "US")
+    return next(p for p in ns.inspect.partitions() if p["values"]["country"] == "US")
 
 
 def move_out(ns: PartitionedNamespace, target: Path) -> tuple[str, str]:
@@ -116,7 +116,7 @@ def test_compact_refuses_a_table_linked_outside(ns, tmp_path: Path) -> None:
     oid, location = move_out(ns, outside)
     before, outside_before = fingerprint(ns.uri), tree(outside)
     with pytest.raises(PathEscapeError) as info:
-        ns.compact()
+        ns.maintenance.compact()
     assert_refused(info, oid, location)
     assert tree(outside) == outside_before
     assert fingerprint(ns.uri) == before
@@ -134,9 +134,9 @@ def test_cleanup_and_vacuum_refuse_a_table_linked_outside(ns, tmp_path: Path, ho
     assert any(p.startswith("_versions/") for p in outside_before)
     with pytest.raises(PathEscapeError) as info:
         if how == "cleanup":
-            ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+            ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
         else:
-            ns.vacuum(grace=dt.timedelta(0))
+            ns.maintenance.vacuum(grace=dt.timedelta(0))
     assert_refused(info, None, location)
     assert tree(outside) == outside_before
     assert fingerprint(ns.uri) == before  # nothing at all was deleted
@@ -165,9 +165,9 @@ def test_a_table_linked_inside_the_root_is_refused_too(ns, tmp_path: Path) -> No
     with pytest.raises(PathEscapeError):
         ns.write(sample_table(3))
     with pytest.raises(PathEscapeError):
-        ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+        ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
     with pytest.raises(PathEscapeError):
-        ns.vacuum(grace=dt.timedelta(0))
+        ns.maintenance.vacuum(grace=dt.timedelta(0))
     assert tree(inside) == inside_before
 
 
@@ -190,9 +190,9 @@ def test_a_linked_table_subdirectory_is_refused(ns, tmp_path: Path, subdir: str)
     (table / subdir).symlink_to(outside, target_is_directory=True)
     outside_before = tree(outside)
     for run in (
-        lambda: ns.vacuum(grace=dt.timedelta(0)),
-        lambda: ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1),
-        ns.compact,
+        lambda: ns.maintenance.vacuum(grace=dt.timedelta(0)),
+        lambda: ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1),
+        ns.maintenance.compact,
         ns.to_table,
         lambda: ns.write(sample_table(3)),
     ):
@@ -217,8 +217,8 @@ def test_links_deeper_in_a_table_stop_maintenance(ns, tmp_path: Path) -> None:
     (table / "data" / "linked.lance").symlink_to(outside / "file.lance")
     outside_before = tree(outside)
     for run in (
-        lambda: ns.vacuum(grace=dt.timedelta(0)),
-        lambda: ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1),
+        lambda: ns.maintenance.vacuum(grace=dt.timedelta(0)),
+        lambda: ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1),
     ):
         with pytest.raises(PathEscapeError) as info:
             run()
@@ -246,7 +246,7 @@ def test_vacuum_never_follows_a_stray_link_at_the_root(ns, tmp_path: Path) -> No
     outside_before = tree(outside)
     rows = sorted_rows(ns.to_table())
 
-    result = ns.vacuum(grace=dt.timedelta(0))
+    result = ns.maintenance.vacuum(grace=dt.timedelta(0))
     assert result.orphans_removed == (orphan.name,)
     assert not os.path.lexists(orphan)
     assert link.is_symlink()  # left alone
@@ -263,9 +263,9 @@ def test_a_root_reached_through_a_link_works(ns, tmp_path: Path) -> None:
     rows = sorted_rows(via.to_table())
     assert len(rows) == 18
     via.write(sample_table(3, start=500))
-    via.compact()
-    via.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
-    via.vacuum(grace=dt.timedelta(0))
+    via.maintenance.compact()
+    via.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+    via.maintenance.vacuum(grace=dt.timedelta(0))
     assert len(via.to_table()) == 21
     via.merge_insert(sample_table(3, start=500), on="id")
     assert len(PartitionedNamespace.open(ns.uri).to_table()) == 21

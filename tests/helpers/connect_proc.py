@@ -96,7 +96,7 @@ def direct_write(spark: SparkSession, uri: str) -> dict:
             "read_versions": result.read_versions,
         },
         "manifest_version": ns.version,
-        "read_versions": {p["object_id"]: p["read_version"] for p in ns.partitions()},
+        "read_versions": {p["object_id"]: p["read_version"] for p in ns.inspect.partitions()},
     }
 
 

@@ -45,13 +45,13 @@ def fail_write(ns: Any, data: pa.Table) -> None:
     """A write whose tables are written and whose manifest commit never happens."""
     import pytest
 
+    from helpers.faults import before_manifest_commit
+
     def boom(_: Any) -> None:
         raise RuntimeError("injected failure before the manifest commit")
 
-    ns._before_commit = boom
-    with pytest.raises(RuntimeError, match="injected"):
+    with before_manifest_commit(ns, boom), pytest.raises(RuntimeError, match="injected"):
         ns.write(data)
-    ns._before_commit = None
 
 
 def file_hashes(root: str | Path) -> dict[str, str]:

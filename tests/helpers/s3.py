@@ -251,11 +251,13 @@ def writer_main(config_path: str) -> int:
     line per write), and optionally ``sync_dir``, ``name`` and ``barrier`` (writer names): before
     each commit the writer marks itself ready and waits until every writer of ``barrier`` is."""
     import pyarrow as pa
+    from faults import CommitHooks  # run as a script: its directory (tests/helpers) is on sys.path
 
     from dagster_lance_partitioned import PartitionedNamespace
 
     with open(config_path, encoding="utf-8") as fh:
         cfg = json.load(fh)
+    before_commit = CommitHooks.install()
     ns = PartitionedNamespace.open(cfg["uri"], cfg.get("storage_options"))
     sync_dir, name, barrier = cfg.get("sync_dir"), cfg.get("name", "w"), cfg.get("barrier")
     timeout = float(cfg.get("timeout", 60))
@@ -266,7 +268,7 @@ def writer_main(config_path: str) -> int:
                 open(os.path.join(sync_dir, f"{name}.{i}.ready"), "w").close()
                 _wait_for([os.path.join(sync_dir, f"{n}.{i}.ready") for n in barrier], timeout)
 
-            ns._before_commit = hook
+            before_commit(ns, hook)
         record: dict = {"i": i}
         started = time.monotonic()
         try:
@@ -377,7 +379,9 @@ def count_losses(ns: PartitionedNamespace, results: list[dict]) -> dict[str, int
 
     found: list[dict] = []
     unreadable = 0
-    for p in ns.partitions():  # one at a time: on an unsafe store a table may have lost files
+    for (
+        p
+    ) in ns.inspect.partitions():  # one at a time: on an unsafe store a table may have lost files
         values = p["values"]
         where = " AND ".join(f"{k} = '{v}'" for k, v in values.items())
         try:

@@ -129,14 +129,15 @@ def assert_exact(
 
 
 def table_of(ns: PartitionedNamespace, entry: dict[str, Any]) -> lance.LanceDataset:
-    """A partition table at the version the manifest registered (``ns.partitions()`` entry)."""
+    """A partition table at the version the manifest registered (an entry of
+    ``ns.inspect.partitions()``)."""
     return lance.dataset(os.path.join(ns.uri, entry["location"]), version=entry["read_version"])
 
 
 def index_map(ns: PartitionedNamespace) -> dict[str, tuple[int, dict[str, int]]]:
     """Object id -> (rows, index name -> rows indexed) of every registered table version."""
     out = {}
-    for entry in ns.partitions():
+    for entry in ns.inspect.partitions():
         ds = table_of(ns, entry)
         found = {d.name: int(d.num_rows_indexed) for d in ds.describe_indices()}
         out[entry["object_id"]] = (ds.count_rows(), found)

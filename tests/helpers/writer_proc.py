@@ -11,10 +11,11 @@ Usage: ``python writer_proc.py CONFIG.json``. The config holds::
     result      file receiving one JSON line per finished write
     timeout     seconds to wait at the barrier / for the release (default 60)
 
-For write ``i`` the ``_before_commit`` hook creates ``<sync_dir>/<name>.<i>.ready`` (every
-partition table has been written at that point), waits until ``<n>.<i>.ready`` exists for every
-``n`` in ``barrier``, then waits for ``<sync_dir>/<release>`` if one is set. A write that raises
-is reported (exception type, message, partitions) and ends the process.
+For write ``i`` a hook run just before the manifest commit (``faults.CommitHooks``) creates
+``<sync_dir>/<name>.<i>.ready`` (every partition table has been written at that point), waits
+until ``<n>.<i>.ready`` exists for every ``n`` in ``barrier``, then waits for
+``<sync_dir>/<release>`` if one is set. A write that raises is reported (exception type,
+message, partitions) and ends the process.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def main(config_path: str) -> int:
     barrier = cfg.get("barrier")
     release = cfg.get("release")
     timeout = float(cfg.get("timeout", 60))
+    from faults import CommitHooks  # this script's directory (tests/helpers) is on sys.path
+
+    before_commit = CommitHooks.install()
     ns = PartitionedNamespace.open(cfg["uri"])
     for i, write in enumerate(cfg["writes"]):
 
@@ -63,7 +67,7 @@ def main(config_path: str) -> int:
             if release:
                 _wait_for([os.path.join(sync_dir, release)], timeout)
 
-        ns._before_commit = hook if sync_dir else None
+        before_commit(ns, hook if sync_dir else None)
         table = pa.Table.from_pylist(write["rows"], schema=ns.schema)
         try:
             result = ns.write(table, mode=write.get("mode", "append"))

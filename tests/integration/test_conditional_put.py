@@ -259,10 +259,12 @@ def test_write_through_the_proxy_is_refused_and_changes_nothing(
 
 
 MAINTENANCE: dict[str, Callable[[PartitionedNamespace], Any]] = {
-    "compact": lambda ns: ns.compact(),
-    "cleanup": lambda ns: ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1),
-    "vacuum": lambda ns: ns.vacuum(grace=dt.timedelta(0)),
-    "drop_partitions": lambda ns: ns.drop_partitions("country = 'US'"),
+    "compact": lambda ns: ns.maintenance.compact(),
+    "cleanup": lambda ns: ns.maintenance.cleanup(
+        older_than=dt.timedelta(0), keep_manifest_versions=1
+    ),
+    "vacuum": lambda ns: ns.maintenance.vacuum(grace=dt.timedelta(0)),
+    "drop_partitions": lambda ns: ns.maintenance.drop_partitions("country = 'US'"),
     "delete": lambda ns: ns.delete("id = 1"),
     "update": lambda ns: ns.update("id = 1", {"value": "value + 1"}),
     "merge_insert": lambda ns: ns.merge_insert(
@@ -284,7 +286,7 @@ def test_maintenance_through_the_proxy_is_refused_before_touching_anything(
     for i in range(3):
         rows = [{"id": i * 10 + j, "country": c, "value": 1.0} for j, c in enumerate(["US", "FR"])]
         direct.write(pa.Table.from_pylist(rows, race_schema()))
-    table = next(p["location"] for p in direct.partitions())
+    table = next(p["location"] for p in direct.inspect.partitions())
     server.client().put_object(Bucket=bucket, Key=f"ns/{table}/data/stray.lance", Body=b"x")
     keys = server.keys(bucket)
     ns = PartitionedNamespace.open(uri, storage_options(stripping.endpoint))

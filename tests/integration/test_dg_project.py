@@ -12,8 +12,11 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.ui
 ASSETS = {
     "flights": {"lance", "spark"},
     "weather": {"lance", "pandas"},

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from dagster.components.scaffold.scaffold import get_scaffolder
 
 from dagster_lance_partitioned.orchestration.component import LancePartitionedComponent
@@ -25,6 +26,7 @@ from dagster_lance_partitioned.orchestration.component import LancePartitionedCo
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 DAGSTERS = "SparkDeclarativePipelineScaffolder"  # the preview warning of dagster-spark
+pytestmark = pytest.mark.ui
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

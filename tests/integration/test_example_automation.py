@@ -28,7 +28,10 @@ DAY = "2013-03-01"
 FLIGHTS, WEATHER = dg.AssetKey("flights"), dg.AssetKey("weather")
 ENRICHED, MONTHLY = dg.AssetKey("flight_delays_enriched"), dg.AssetKey("monthly_carrier_delays")
 QUIET: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-pytestmark = [  # Dagster's own calls of its beta parameters (evaluate_automation_conditions, and
+pytestmark = [
+    pytest.mark.example,
+    pytest.mark.spark,  # the flights asset runs Spark in local mode
+    # Dagster's own calls of its beta parameters (evaluate_automation_conditions, and
     # the repository rebuilding the component's checks; nyc_flights/__init__.py says more)
     pytest.mark.filterwarnings(
         "ignore:Parameter `include_sources` of function:dagster.BetaWarning"

@@ -129,7 +129,7 @@ def _table_dirs(root: Path) -> set[str]:
 def test_directory_namespace_lists_and_describes_our_namespace(tmp_path: Path) -> None:
     root = tmp_path / "ns"
     ns = _make_namespace(root)
-    parts = ns.partitions()
+    parts = ns.inspect.partitions()
     assert len(parts) == 5
     dirns = lns.DirectoryNamespace(root=str(root))
 
@@ -175,7 +175,7 @@ def test_directory_namespace_sees_detached_read_versions_only_through_manifest(
     ns = _make_namespace(root)
     dirns = lns.DirectoryNamespace(root=str(root))
     us_2024 = next(
-        p for p in ns.partitions() if p["values"] == {"country": "US", "event_year": 2024}
+        p for p in ns.inspect.partitions() if p["values"] == {"country": "US", "event_year": 2024}
     )
     location = dirns.describe_table(
         lns.DescribeTableRequest(id=us_2024["object_id"].split("$"))
@@ -203,7 +203,7 @@ def test_directory_namespace_mutations_are_refused(tmp_path: Path) -> None:
     assert "read_version" in before_schema.names
     assert "partition_field_country" in before_schema.names
 
-    part = ns.partitions()[0]
+    part = ns.inspect.partitions()[0]
     table_id = part["object_id"].split("$")
     leaf_ns = table_id[:-1]
     ipc = _ipc(FIRST)
@@ -287,7 +287,7 @@ def test_directory_namespace_refuses_dropping_an_empty_spec_namespace(tmp_path: 
 def test_table_directories_are_hex_prefixed_object_ids(tmp_path: Path) -> None:
     root = tmp_path / "ns"
     ns = _make_namespace(root)
-    parts = ns.partitions()
+    parts = ns.inspect.partitions()
     locations = {p["location"] for p in parts}
     assert _table_dirs(root) == locations
     assert sorted(p.name for p in root.iterdir()) == sorted([MANIFEST, *locations])
@@ -311,7 +311,7 @@ def test_new_partitions_sharing_a_new_namespace_get_matching_directories(
         ],
     )
     ns.write(_rows((1, _d(2024, 1, 1), "US"), (2, _d(2025, 1, 1), "US")))
-    parts = ns.partitions()
+    parts = ns.inspect.partitions()
     assert len(parts) == 2
     assert len({p["object_id"].split("$")[1] for p in parts}) == 1
     for part in parts:
@@ -325,7 +325,7 @@ def test_new_partitions_sharing_a_new_namespace_get_matching_directories(
 def test_partition_values_never_appear_in_paths(tmp_path: Path) -> None:
     root = tmp_path / "ns"
     ns = _make_namespace(root)
-    assert any(p["values"]["country"] == ODD_VALUE for p in ns.partitions())
+    assert any(p["values"]["country"] == ODD_VALUE for p in ns.inspect.partitions())
     every_path = []
     for dirpath, dirnames, filenames in os.walk(root):
         rel = os.path.relpath(dirpath, root)
@@ -410,7 +410,7 @@ def test_manifest_metadata_and_column_types(tmp_path: Path) -> None:
         if r["object_type"] == "table"
     )
     assert table_values == sorted(
-        (p["values"]["country"], p["values"]["event_year"]) for p in ns.partitions()
+        (p["values"]["country"], p["values"]["event_year"]) for p in ns.inspect.partitions()
     )
 
 
@@ -593,7 +593,7 @@ def test_hand_written_namespace_partitions_and_reads(tmp_path: Path) -> None:
     pins = _write_hand_namespace(root)
     ns = PartitionedNamespace.open(root)
 
-    parts = {p["object_id"]: p for p in ns.partitions()}
+    parts = {p["object_id"]: p for p in ns.inspect.partitions()}
     assert set(parts) == {V1_TABLE, V2_TABLE}
     assert parts[V1_TABLE]["spec_id"] == 1
     assert parts[V1_TABLE]["values"] == {"event_date": DEC10}
@@ -723,7 +723,7 @@ def test_writing_to_hand_written_namespace_uses_current_spec(tmp_path: Path) -> 
     assert _ids(ns.to_table("country = 'FR'")) == [2, 22, 23]
     assert _ids(ns.to_table("event_date = DATE '2025-12-10' AND id < 12")) == [1, 2, 11]
     assert _ids(ns.to_table("country = 'DE'")) == [21]
-    parts = {p["object_id"]: p for p in ns.partitions()}
+    parts = {p["object_id"]: p for p in ns.inspect.partitions()}
     assert parts[V1_TABLE]["read_version"] == pins[V1_TABLE]
     assert parts[V2_TABLE]["read_version"] != pins[V2_TABLE]
     assert len(parts) == 5
@@ -794,7 +794,7 @@ def test_unknown_manifest_columns_survive_writes(tmp_path: Path) -> None:
     # overwrite_partitions: the FR 2024 table is replaced, its row stays (with its owner)
     fr_2024 = next(
         p["object_id"]
-        for p in ns.partitions()
+        for p in ns.inspect.partitions()
         if p["values"] == {"country": "FR", "event_year": 2024}
     )
     ns.write(_rows((11, _d(2024, 11, 11), "FR")), mode="overwrite_partitions")
@@ -806,7 +806,7 @@ def test_unknown_manifest_columns_survive_writes(tmp_path: Path) -> None:
     # overwrite: only US 2024 remains; rows that still exist keep their owners
     us_2024 = next(
         p["object_id"]
-        for p in ns.partitions()
+        for p in ns.inspect.partitions()
         if p["values"] == {"country": "US", "event_year": 2024}
     )
     ns.write(_rows((12, _d(2024, 12, 12), "US")), mode="overwrite")

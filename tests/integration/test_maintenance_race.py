@@ -1,5 +1,5 @@
 """Maintenance with zero bounds racing writer processes never breaks the namespace
-(``bench/bench_maintenance_race.py``; figures in docs/reliability.md).
+(``bench/bench_maintenance_race.py``; figures in docs/explanation/reliability.md).
 
 The default run is short (local disk, 2 writers, 3 rounds; the S3-compatible server, 2 writers,
 2 rounds); the acceptance soak (4 writers, 20 rounds, local disk and the S3-compatible server) is

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from helpers.data import SCHEMA, sample_table, sorted_rows
+from helpers.faults import CommitHooks
 from helpers.s3 import (
     ROWS,
     WRITERS,
@@ -81,8 +82,8 @@ def test_create_write_read_prune_and_time_travel_on_s3(s3: S3Lake) -> None:
     assert sorted_rows(ns.to_table()) == sorted_rows(sample_table(12))
     keys = s3.keys("ns/")
     assert any(k.startswith("ns/__manifest/_versions/") for k in keys)
-    assert len({p["location"] for p in ns.partitions()}) == 6  # 3 countries x 2 years
-    for p in ns.partitions():
+    assert len({p["location"] for p in ns.inspect.partitions()}) == 6  # 3 countries x 2 years
+    for p in ns.inspect.partitions():
         assert any(k.startswith(f"ns/{p['location']}/_versions/") for k in keys)
 
     more = sample_table(6, countries=("US",), start=100)
@@ -116,7 +117,7 @@ def test_create_write_read_prune_and_time_travel_on_s3(s3: S3Lake) -> None:
     )
 
 
-def test_maintenance_lists_and_deletes_on_s3(s3: S3Lake) -> None:
+def test_maintenance_lists_and_deletes_on_s3(s3: S3Lake, before_commit: CommitHooks) -> None:
     ns = make_ns(s3)
     for i in range(2):
         ns.write(sample_table(12, start=100 * (i + 1)))
@@ -126,23 +127,23 @@ def test_maintenance_lists_and_deletes_on_s3(s3: S3Lake) -> None:
     def boom(pending: list) -> None:
         raise RuntimeError("injected failure before the manifest commit")
 
-    registered = {p["location"] for p in ns.partitions()}
-    ns._before_commit = boom
+    registered = {p["location"] for p in ns.inspect.partitions()}
+    before_commit(ns, boom)
     with pytest.raises(RuntimeError, match="injected"):
         ns.write(sample_table(2, countries=("JP",), start=700))
-    ns._before_commit = None
+    before_commit(ns, None)
     top = {k.split("/")[1] for k in s3.keys("ns/")}
     (orphan,) = top - registered - {"__manifest"}
 
     before_compact = ns.version
-    compacted = ns.compact()
+    compacted = ns.maintenance.compact()
     assert compacted.manifest_version == before_compact + 1 == ns.version
     assert {(before, after) for _, before, after in compacted.partitions} == {(3, 1)}
     assert rows_at(s3, ns.uri) == rows
     assert rows_at(s3, ns.uri, before_compact) == rows  # time travel across the compaction
 
     versions_before = [k for k in s3.keys("ns/") if "/_versions/" in k]
-    cleaned = ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=2)
+    cleaned = ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=2)
     assert cleaned.manifest_versions_removed == before_compact + 1 - 2
     assert cleaned.manifest_versions_kept == 2
     assert cleaned.table_versions_removed > 0 and cleaned.files_removed > 0
@@ -152,7 +153,7 @@ def test_maintenance_lists_and_deletes_on_s3(s3: S3Lake) -> None:
     with pytest.raises(PartitionedNamespaceError):
         PartitionedNamespace.open(ns.uri, s3.storage_options, version=1).to_table()
 
-    vacuumed = ns.vacuum(grace=dt.timedelta(0))
+    vacuumed = ns.maintenance.vacuum(grace=dt.timedelta(0))
     assert vacuumed.orphans_removed == (orphan,)
     assert s3.keys(f"ns/{orphan}/") == []
     assert rows_at(s3, ns.uri) == rows
@@ -180,7 +181,7 @@ def test_concurrent_writer_processes_lose_no_rows_on_s3(s3: S3Lake, tmp_path: Pa
         "misplaced": 0,
     }
     # disjoint partitions: each writer's own; the same partition: "shared"
-    assert sorted(p["values"]["country"] for p in ns.partitions()) == sorted(
+    assert sorted(p["values"]["country"] for p in ns.inspect.partitions()) == sorted(
         ["shared", *(f"C{w}" for w in range(WRITERS))]
     )
     assert ns.count_rows("country = 'shared'") == WRITERS * WRITES * ROWS // 2
@@ -230,7 +231,7 @@ def test_io_manager_materializes_and_loads_on_s3(s3: S3Lake) -> None:
     table = sample_table(12)
     expected = [r for r in sorted_rows(table) if r["country"] in ("US", "FR")]
     assert sorted_rows(stored.to_table()) == expected
-    assert sorted(p["values"]["country"] for p in stored.partitions()) == ["FR", "US"]
+    assert sorted(p["values"]["country"] for p in stored.inspect.partitions()) == ["FR", "US"]
     totals = PartitionedNamespace.open(s3.uri("lake/event_totals"), s3.storage_options)
     got = sorted(totals.to_table().to_pylist(), key=lambda r: r["country"])
     assert got == [

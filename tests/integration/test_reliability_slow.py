@@ -1,8 +1,10 @@
 """The reliability measurements of ``bench/bench_reliability.py``, with assertions.
 
 Slow (excluded from the default run): ``pytest -m slow tests/integration/test_reliability_slow.py``.
-``RELIABILITY_TRIALS`` sets the number of kill -9 trials (default 200), ``RELIABILITY_WRITES``
-the writes per concurrent writer (default 10). Figures: docs/reliability.md.
+``RELIABILITY_TRIALS`` sets the number of kill -9 trials (default 200; they cycle through
+``bench.KILL_MODES``, plain writes and writes in a transaction adding a column),
+``RELIABILITY_WRITES`` the writes per concurrent writer (default 10).
+Figures: docs/explanation/reliability.md.
 """
 
 from __future__ import annotations
@@ -34,8 +36,20 @@ def test_kill_9_leaves_the_old_or_the_new_state(tmp_path: Path) -> None:
     assert rep.mixed == 0, bench.kill_markdown(rep)
     assert rep.errors == 0, bench.kill_markdown(rep)
     assert rep.rows_lost == 0
+    # every mode took its turns, plain writes and transactions (adding a column) alike
+    assert set(rep.modes) == set(bench.KILL_MODES), rep.modes
+    for mode, counts in rep.modes.items():
+        assert counts.get("MIXED", 0) == 0 and counts.get("ERROR", 0) == 0, (mode, counts)
+        assert counts.get("rows lost", 0) == 0, (mode, counts)
+    for r in rep.records:
+        # a transaction may leave its schema change without its data, a plain write may not
+        allowed = ("old", "changes only", "new") if r.mode.startswith("tx_") else ("old", "new")
+        assert r.outcome in allowed, (r.trial, r.mode, r.phase, r.outcome, r.detail)
+        assert r.rows_lost == 0, (r.trial, r.mode, r.outcome)
     # both sides of the commit were hit, so the trials really straddle it
     assert rep.outcomes.get("old", 0) > 0 and rep.outcomes.get("new", 0) > 0, rep.outcomes
+    if TRIALS >= 100:  # and kills landed between a transaction's two commits (28 of 100 once)
+        assert rep.outcomes.get("changes only", 0) > 0, rep.outcomes
     assert rep.unchanged_after_vacuum == TRIALS
     assert rep.version_issues_after_vacuum == 0
     assert rep.follow_up_ok == TRIALS

@@ -93,7 +93,8 @@ def test_cluster_dynamic_overwrite_replaces_only_the_partitions_written(cluster,
     uri = str(tmp_path / "ns")
     write_dataframe(events(spark, 24_000), uri, partition_by="part,day")
     before = {
-        p["object_id"]: p["read_version"] for p in PartitionedNamespace.open(uri).partitions()
+        p["object_id"]: p["read_version"]
+        for p in PartitionedNamespace.open(uri).inspect.partitions()
     }
     fresh = spark.range(0, 600, 1, 2).selectExpr(
         "1000000 + id AS id",
@@ -108,7 +109,7 @@ def test_cluster_dynamic_overwrite_replaces_only_the_partitions_written(cluster,
         .save(uri)
     )
     ns = PartitionedNamespace.open(uri)
-    after = {p["object_id"]: p["read_version"] for p in ns.partitions()}
+    after = {p["object_id"]: p["read_version"] for p in ns.inspect.partitions()}
     changed = {oid for oid in after if after[oid] != before.get(oid)}
     assert len(after) == 24 and len(changed) == 2
     replaced = ns.to_table(filter="part IN ('1', '2') AND day = DATE '2025-01-01'")
@@ -128,7 +129,7 @@ def test_cluster_many_tasks_times_partitions_fit_a_small_driver_result(cluster, 
     )
     df.write.format(FORMAT).mode("append").option("partitionBy", "p").save(uri)
     ns = PartitionedNamespace.open(uri)
-    assert ns.count_rows() == 18_000 and len(ns.partitions()) == 200
+    assert ns.count_rows() == 18_000 and len(ns.inspect.partitions()) == 200
     summary = Summary.decode(ManifestStore(uri).commit_properties(ns.version)["spark.result"])
     assert (summary.tasks, summary.pairs) == (9, 1800)
     per_pair = summary.message_bytes / summary.pairs
@@ -157,7 +158,7 @@ def test_cluster_executors_write_read_and_overwrite_on_s3(cluster):
         result = write_dataframe(fresh, uri, "overwrite_partitions", storage_options=so)
         assert result is not None and [p.values for p in result.partitions] == [{"part": "7"}]
         ns = PartitionedNamespace.open(uri, so)
-        assert ns.count_rows() == 24_000 - 3000 + 10 and len(ns.partitions()) == 8
+        assert ns.count_rows() == 24_000 - 3000 + 10 and len(ns.inspect.partitions()) == 8
         assert any(k.endswith(".lance") for k in server.keys(uri.split("/")[2]))
 
 

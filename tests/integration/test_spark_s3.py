@@ -63,7 +63,7 @@ def test_spark_write_read_and_overwrite_on_s3(spark, lake):
         writer = writer.option(f"storage.{key}", value)
     writer.option("partitionOverwriteMode", "dynamic").save(uri)
     ns = PartitionedNamespace.open(uri, so)
-    assert len(ns.partitions()) == 9
+    assert len(ns.inspect.partitions()) == 9
     us_ids = sorted(ns.to_table(filter="country = 'US'")["id"].to_pylist())
     assert us_ids == list(range(1000, 1006))
     assert ns.count_rows() == 60 - 20 + 6

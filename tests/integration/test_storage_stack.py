@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 from helpers.azurite import Azurite, azurite, azurite_executable
 from helpers.data import SCHEMA, sample_table, sorted_rows
+from helpers.faults import CommitHooks
 from helpers.s3 import (
     S3Server,
     StripProxy,
@@ -327,7 +328,7 @@ def test_put_if_absent_probe_passes_on_azurite(azure: Azurite, container: str) -
 
 @needs_azurite
 def test_namespace_create_write_read_cleanup_and_vacuum_on_azure(
-    azure: Azurite, container: str
+    azure: Azurite, container: str, before_commit: CommitHooks
 ) -> None:
     opts = azure.storage_options()
     uri = f"az://{container}/lake/ns"
@@ -340,24 +341,24 @@ def test_namespace_create_write_read_cleanup_and_vacuum_on_azure(
     assert sorted_rows(ns.to_table(filter="country = 'FR'")) == [
         r for r in rows if r["country"] == "FR"
     ]
-    registered = {p["location"] for p in ns.partitions()}
+    registered = {p["location"] for p in ns.inspect.partitions()}
     assert set(storage.list_dirs(uri, opts)) == registered | {"__manifest"}
 
     # an orphan: a write whose tables were written but whose manifest commit never happened
     def boom(pending: list) -> None:
         raise RuntimeError("injected failure before the manifest commit")
 
-    ns._before_commit = boom
+    before_commit(ns, boom)
     with pytest.raises(RuntimeError, match="injected"):
         ns.write(sample_table(2, countries=("JP",), start=700))
-    ns._before_commit = None
+    before_commit(ns, None)
     (orphan,) = set(storage.list_dirs(uri, opts)) - registered - {"__manifest"}
     assert [o.location for o in ns.inspect.find_orphans()] == [orphan]
 
     before_compact = ns.version
-    ns.compact()
+    ns.maintenance.compact()
     manifests_before = len(storage.list_files(f"{uri}/__manifest/_versions", opts))
-    cleaned = ns.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=2)
+    cleaned = ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=2)
     assert cleaned.manifest_versions_removed == before_compact + 1 - 2
     assert cleaned.table_versions_removed > 0 and cleaned.files_removed > 0
     assert cleaned.tables_skipped == ()
@@ -366,7 +367,7 @@ def test_namespace_create_write_read_cleanup_and_vacuum_on_azure(
         rows
     )
 
-    vacuumed = ns.vacuum(grace=dt.timedelta(0))
+    vacuumed = ns.maintenance.vacuum(grace=dt.timedelta(0))
     assert vacuumed.orphans_removed == (orphan,)
     assert storage.list_files(f"{uri}/{orphan}", opts) == []
     assert set(storage.list_dirs(uri, opts)) == registered | {"__manifest"}

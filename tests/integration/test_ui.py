@@ -22,6 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 LOCAL = ["-h", "127.0.0.1"]
+pytestmark = pytest.mark.ui
 DEV = {  # the README's two ways to open the example in the UI
     "dg dev": [str(BIN / "dg"), "dev", *LOCAL],
     "dagster dev -w workspace.yaml": [

@@ -36,6 +36,7 @@ from dagster_lance_partitioned.cli import main as cli_main
 from dagster_lance_partitioned.core.history import commits
 
 pytestmark = [
+    pytest.mark.multiprocess,
     pytest.mark.filterwarnings("ignore::dagster.BetaWarning"),
     # Dagster's own backfill code calls its deprecated AssetSelection.sources
     pytest.mark.filterwarnings("ignore:Function `AssetSelection.sources`:DeprecationWarning"),
@@ -189,18 +190,18 @@ def test_multi_partitioned_backfill_runs_and_commits(env):
         assert len(keys) == 5 and len(c.changes) == 5
     ns = PartitionedNamespace.open(root / "events")
     assert ns.count_rows() == 15 * 4
-    assert len(ns.partitions()) == 15
+    assert len(ns.inspect.partitions()) == 15
     # the three runs ran side by side, creating the same day namespaces: each registered its
     # tables where it wrote them (no copies, no orphans), and the health check is clean
     directories = {d for d in os.listdir(root / "events") if d != "__manifest"}
-    assert directories == {p["location"] for p in ns.partitions()}
-    assert len({p["object_id"].split("$")[1] for p in ns.partitions()}) == 5  # one per day
+    assert directories == {p["location"] for p in ns.inspect.partitions()}
+    assert len({p["object_id"].split("$")[1] for p in ns.inspect.partitions()}) == 5  # one per day
     assert ns.inspect.find_orphans() == []
     assert cli_main(["check", str(root / "events")]) == 0
     materialized = instance.get_materialized_partitions(dg.AssetKey("events"))
     assert materialized == set(_keys(days, ["a", "b", "c"]))
     # each key's event: its own table version, keyed by the key, as text; the commit's version
-    pinned = {"|".join(str(v) for v in p["values"].values()): p for p in ns.partitions()}
+    pinned = {"|".join(str(v) for v in p["values"].values()): p for p in ns.inspect.partitions()}
     for key in ["2024-01-02|b", "2024-01-05|c"]:
         record = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=dg.AssetKey("events"), asset_partitions=[key]), 1

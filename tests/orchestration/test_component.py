@@ -84,4 +84,4 @@ def test_component_scaffolds_loads_and_materializes(tmp_path):
                 evaluations = result.get_asset_check_evaluations()
                 assert len(evaluations) == 4 and all(e.passed for e in evaluations)
     ns = PartitionedNamespace.open(root / "events")
-    assert ns.count_rows() == 3 and len(ns.partitions()) == 1
+    assert ns.count_rows() == 3 and len(ns.inspect.partitions()) == 1

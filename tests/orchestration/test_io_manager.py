@@ -183,7 +183,7 @@ def partition_values(ns: PartitionedNamespace, spec_id: int | None = None) -> li
     """Sorted values of the registered partitions (of one spec version, if given)."""
     return sorted(
         tuple(p["values"].values())
-        for p in ns.partitions()
+        for p in ns.inspect.partitions()
         if spec_id is None or p["spec_id"] == spec_id
     )
 
@@ -334,7 +334,7 @@ def test_one_daily_key_writes_exactly_that_days_partition_with_its_metadata(tmp_
     assert meta["lance/bytes_written"] > 0
     # keyed by the Dagster key; versions as text (detached versions exceed 2**53, which the
     # UI's JavaScript would round)
-    [part] = ns.partitions()
+    [part] = ns.inspect.partitions()
     assert meta["lance/read_versions"] == {"2013-01-05": str(part["read_version"])}
     assert meta["dagster/uri"] == str(tmp_path / "flights_daily")
     assert meta["dagster/table_name"] == "flights_daily"
@@ -394,7 +394,7 @@ def test_31_day_single_run_range_is_one_manifest_commit(tmp_path):
         assert len(meta["lance/read_versions"]) == 1
     pinned = {
         next(iter(p["values"].values())).isoformat(): str(p["read_version"])
-        for p in ns.partitions()
+        for p in ns.inspect.partitions()
     }
     assert {k: v for m in metas for k, v in m["lance/read_versions"].items()} == {
         d.isoformat(): pinned[d.isoformat()] for d in january
@@ -494,7 +494,11 @@ def test_rematerializing_a_key_replaces_its_rows_never_duplicates(tmp_path):
     for key in ("2013-01-04", "2013-01-05"):
         materialize([flights_daily], tmp_path, instance=instance, partition_key=key)
     first = open_ns(tmp_path, "flights_daily")
-    jan4 = [p for p in first.partitions() if p["values"] == {"time_hour_day": dt.date(2013, 1, 4)}]
+    jan4 = [
+        p
+        for p in first.inspect.partitions()
+        if p["values"] == {"time_hour_day": dt.date(2013, 1, 4)}
+    ]
 
     state["delay"] = 2.0
     result = materialize([flights_daily], tmp_path, instance=instance, partition_key="2013-01-05")
@@ -504,10 +508,12 @@ def test_rematerializing_a_key_replaces_its_rows_never_duplicates(tmp_path):
     jan5 = ns.to_table([("date", "=", dt.date(2013, 1, 5))])
     assert ids(jan5) == ids(rows_on("2013-01-05"))  # same rows, once each
     assert set(jan5["dep_delay"].to_pylist()) == {2.0}
-    jan4_now = [p for p in ns.partitions() if p["values"] == {"time_hour_day": dt.date(2013, 1, 4)}]
+    jan4_now = [
+        p for p in ns.inspect.partitions() if p["values"] == {"time_hour_day": dt.date(2013, 1, 4)}
+    ]
     assert jan4_now == jan4  # the other key is untouched (same table, same version)
     assert ns.count_rows() == rows_for_keys(["2013-01-04", "2013-01-05"]).num_rows
-    assert len(ns.partitions()) == 2
+    assert len(ns.inspect.partitions()) == 2
     [meta] = output_metadata(result, "flights_daily")
     assert meta["dagster/partition_row_count"] == rows_on("2013-01-05").num_rows
 
@@ -879,6 +885,58 @@ def test_a_failed_run_that_also_evolves_the_namespace_changes_nothing(tmp_path, 
     assert fingerprint(tmp_path / "flights") == before
 
 
+def test_a_run_adding_a_column_and_changing_partitioning_is_one_transaction(tmp_path):
+    """Daily -> monthly with a new column: the changes and the data carry one transaction id,
+    adjacent commits, and nothing else is committed (before: one commit per change, each
+    under its own retry loop, then the write)."""
+    instance = dg.DagsterInstance.ephemeral()
+    materialize([period_asset(DAILY)], tmp_path, instance=instance, partition_key="2013-01-05")
+    before = open_ns(tmp_path, "flights").version
+
+    @dg.asset(name="flights", partitions_def=MONTHLY, metadata={"partition_expr": "time_hour"})
+    def evolved(context: dg.AssetExecutionContext) -> pa.Table:
+        rows = rows_in_window(MONTHLY, [context.partition_key])
+        return rows.append_column("gate", pa.array(["A1"] * rows.num_rows))
+
+    materialize([evolved], tmp_path, instance=instance, partition_key="2013-02-01")
+    ns = open_ns(tmp_path, "flights")
+    assert ns.version == before + 2
+    props = [c.properties for c in ns.inspect.history(since=before)]
+    assert [p["operation"] for p in props] == ["evolve", "write"]
+    assert json.loads(props[0]["steps"]) == ["add_columns", "update_spec"]
+    assert props[0]["transaction"] == props[1]["transaction"]
+    assert [s.spec_id for s in ns.specs] == [1, 2] and "gate" in ns.schema.names
+    february = ns.to_table([("time_hour", ">=", dt.datetime(2013, 2, 1, 5, tzinfo=dt.UTC))])
+    assert set(february["gate"].to_pylist()) == {"A1"}
+
+
+def test_a_run_whose_write_fails_after_evolving_leaves_schema_and_spec(tmp_path):
+    """The output adds a column and changes the partitioning, and its rows cannot be written
+    (a value of an existing column does not fit its type): the refusal comes before the
+    changes are committed, so schema and specs stay as they were (before: the column and the
+    spec version were committed, then the write failed)."""
+    instance = dg.DagsterInstance.ephemeral()
+    materialize([period_asset(DAILY)], tmp_path, instance=instance, partition_key="2013-01-05")
+    before = fingerprint(tmp_path / "flights")
+
+    @dg.asset(name="flights", partitions_def=MONTHLY, metadata={"partition_expr": "time_hour"})
+    def evolved(context: dg.AssetExecutionContext) -> pa.Table:
+        rows = rows_in_window(MONTHLY, [context.partition_key])
+        rows = rows.append_column("gate", pa.array(["A1"] * rows.num_rows))
+        i = rows.schema.get_field_index("carrier")
+        return rows.set_column(i, "carrier", pa.array([[1]] * rows.num_rows, pa.list_(pa.int8())))
+
+    result = materialize(
+        [evolved], tmp_path, instance=instance, partition_key="2013-02-01", raise_on_error=False
+    )
+    assert not result.success
+    assert "carrier" in failure_text(result)
+    after = fingerprint(tmp_path / "flights")
+    assert after["metadata"] == before["metadata"]
+    assert after["manifest_version"] == before["manifest_version"]
+    assert after["manifest_rows"] == before["manifest_rows"]
+
+
 # -- 10. pushed-down columns and filter ------------------------------------------------------------
 def test_input_metadata_columns_and_filter_are_pushed_down(tmp_path):
     seen: list[pa.Table] = []
@@ -1114,7 +1172,7 @@ def test_record_batch_reader_output_and_input(tmp_path):
     ns = open_ns(tmp_path, "flights_daily")
     assert output_metadata(result, "flights_daily")[0]["lance/run_rows_written"] == ns.count_rows()
     assert ids(ns.to_table()) == ids(rows_for_keys(["2013-01-01", "2013-01-02", "2013-01-03"]))
-    assert len(ns.partitions()) == 3
+    assert len(ns.inspect.partitions()) == 3
 
     materialize(
         [flights_daily, streamed],

@@ -149,7 +149,9 @@ class Lake:
         return self.lance.namespace("events")
 
     def table(self, key: str) -> dict[str, Any]:
-        return next(p for p in self.ns.partitions() if p["values"]["day_day"].isoformat() == key)
+        return next(
+            p for p in self.ns.inspect.partitions() if p["values"]["day_day"].isoformat() == key
+        )
 
     def table_indexes(self, key: str) -> set[str]:
         """The index names the registered version of ``key``'s table carries."""
@@ -290,7 +292,9 @@ def test_a_changed_declaration_fails_the_run_and_changes_nothing(lake):
     assert e.wanted["params"] == {"num_partitions": 4}
     assert "asset events" in str(e) and "drop_index('v_ivf_flat')" in str(e)
     assert lake.ns.version == before  # nothing declared, nothing written
-    assert [p["values"]["day_day"].isoformat() for p in lake.ns.partitions()] == ["2024-01-02"]
+    assert [p["values"]["day_day"].isoformat() for p in lake.ns.inspect.partitions()] == [
+        "2024-01-02"
+    ]
     assert lake.ns.indexes()[0].params == {"num_partitions": 2}
     # the run shows it: the step failed with that message
     failed = lake.run([changed], "2024-01-03", raise_on_error=False)

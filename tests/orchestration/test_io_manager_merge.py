@@ -140,7 +140,7 @@ def test_partitioned_merge_upserts_the_runs_key_and_counts_what_happened(tmp_pat
     }  # fmt: skip
     ns = PartitionedNamespace.open(str(tmp_path / "events"))
     assert second["lance/manifest_version"] == ns.version
-    [p] = ns.partitions()
+    [p] = ns.inspect.partitions()
     assert second["lance/read_versions"] == {"2024-01-01": str(p["read_version"])}
     [last] = commits(ns.uri, ns.version - 1)
     assert last.source == "dagster-lance-partitioned/io-manager" and last.operation == "merge"

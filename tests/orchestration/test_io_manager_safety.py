@@ -162,6 +162,7 @@ def first_output_trials(tmp_path: Path, trials: int) -> tuple[int, int, list[str
 
 
 # -- (A) concurrent first outputs ----------------------------------------------------------
+@pytest.mark.multiprocess
 def test_simultaneous_first_outputs_all_succeed(tmp_path: Path) -> None:
     """Six runs creating the namespace at the same instant all succeed, each key once
     (3 trials)."""
@@ -178,6 +179,7 @@ def test_simultaneous_first_outputs_soak(tmp_path: Path) -> None:
     assert (failed, bad_rows) == (0, 0), "\n".join(errors[:20])
 
 
+@pytest.mark.multiprocess
 def test_simultaneous_schema_evolution_all_succeed(tmp_path: Path) -> None:
     """Six runs that all add the same column at the same instant: the first adds it, the
     others find it added; every run succeeds and the column holds every key's values."""

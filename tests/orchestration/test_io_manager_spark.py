@@ -120,7 +120,7 @@ def test_spark_backfill_is_one_commit_and_downstream_loads_one_day(spark, io, tm
     ns = PartitionedNamespace.open(uri)
     assert ns.version == 3  # create (2 commits) + the one commit of the whole run
     got = sorted(
-        (p["values"]["ts_day"].isoformat(), p["values"]["origin"]) for p in ns.partitions()
+        (p["values"]["ts_day"].isoformat(), p["values"]["origin"]) for p in ns.inspect.partitions()
     )
     assert got == [(d, o) for d in ("2024-03-09", "2024-03-10", "2024-03-11") for o in ORIGINS[:2]]
     assert ns.count_rows() == 6 * 6
@@ -210,7 +210,7 @@ def test_spark_output_without_rows_empties_the_targeted_partition(spark, io):
     assert result.success
     ns = PartitionedNamespace.open(io.uri_for(dg.AssetKey("flights")))
     assert ns.count_rows() == 0
-    assert len(ns.partitions()) == 1  # still registered, now empty
+    assert len(ns.inspect.partitions()) == 1  # still registered, now empty
     assert (
         result.get_asset_materialization_events()[0]
         .materialization.metadata["dagster/partition_row_count"]
@@ -270,7 +270,7 @@ def test_spark_out_of_partition_row_keeps_its_error_class(spark, io, tmp_path):
     uri = io.uri_for(dg.AssetKey("flights"))
     ns = PartitionedNamespace.open(uri)
     before = fingerprint(uri)
-    allowed = [dict(p["values"]) for p in ns.partitions()]  # 2024-03-20 | LGA only
+    allowed = [dict(p["values"]) for p in ns.inspect.partitions()]  # 2024-03-20 | LGA only
     df = spark.createDataFrame(_rows("2024-03-20", "LGA") + _rows("2024-03-22", "EWR")[:1], SCHEMA)
 
     request = WriteRequest("overwrite_partitions", allowed, {"source": "test"})
@@ -390,3 +390,67 @@ def test_spark_merge_refuses_moving_a_key_out_of_another_runs_key_in_the_tasks(s
     assert "'2024-03-20|JFK'" in message and "may not touch" in message
     ns.refresh()
     assert (ns.version, sorted(ns.to_table().to_pylist(), key=lambda r: r["seq"])) == before
+
+
+def _evolved_flights(spark: SparkSession, bad_type: bool = False) -> dg.AssetsDefinition:
+    """``flights`` partitioned by date only, with a new column ``gate`` (``bad_type``: its
+    ``seq`` column as text, which the namespace's int column cannot take)."""
+
+    @dg.asset(
+        name="flights",
+        partitions_def=daily,
+        metadata={"partition_expr": "ts"},
+        kinds={"spark", "lance"},
+    )
+    def flights(context) -> DataFrame:
+        rows = [(*r, "A1") for o in ORIGINS for r in _rows(context.partition_key, o)]
+        if bad_type:
+            rows = [(ts, o, f"x{seq}", d, g) for ts, o, seq, d, g in rows]
+            return spark.createDataFrame(
+                rows, "ts timestamp, origin string, seq string, delay double, gate string"
+            )
+        return spark.createDataFrame(rows, SCHEMA + ", gate string")
+
+    return flights
+
+
+def test_spark_run_evolving_the_namespace_is_one_transaction(spark, io):
+    """A Spark output that adds a column and changes the partitioning: the Spark driver commits
+    the changes just before the data (one transaction id); a refused one changes nothing."""
+    instance = dg.DagsterInstance.ephemeral()
+    flights, _ = _defs(spark)
+    assert dg.materialize(
+        [flights], instance=instance, resources={"io_manager": io}, partition_key=KEY
+    ).success
+    uri = io.uri_for(dg.AssetKey("flights"))
+    before = fingerprint(uri)
+
+    refused = dg.materialize(
+        [_evolved_flights(spark, bad_type=True)],
+        instance=instance,
+        resources={"io_manager": io},
+        partition_key="2024-03-21",
+        raise_on_error=False,
+    )
+    assert not refused.success
+    failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "seq" in str(failure.event_specific_data.error.to_string())
+    after = fingerprint(uri)
+    assert after["metadata"] == before["metadata"]
+    assert after["manifest_version"] == before["manifest_version"]
+
+    assert dg.materialize(
+        [_evolved_flights(spark)],
+        instance=instance,
+        resources={"io_manager": io},
+        partition_key="2024-03-21",
+    ).success
+    ns = PartitionedNamespace.open(uri)
+    assert ns.version == before["manifest_version"] + 2
+    props = [c.properties for c in ns.inspect.history(since=before["manifest_version"])]
+    assert [p["operation"] for p in props] == ["evolve", "write"]
+    assert props[0]["transaction"] == props[1]["transaction"]
+    assert props[1]["engine"] == "spark"
+    assert [f.field_id for f in ns.current_spec.fields] == ["ts_day"]
+    day = ns.to_table("ts >= TIMESTAMP '2024-03-21 04:00:00'")
+    assert day.num_rows == 18 and set(day["gate"].to_pylist()) == {"A1"}

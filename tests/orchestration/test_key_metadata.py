@@ -94,7 +94,7 @@ def data_bytes(ns: PartitionedNamespace, key_of) -> dict[str, int]:
     """Bytes of the data files under each partition table (of tables written once: all of
     them belong to the version the manifest pins), by the Dagster key of the table."""
     out: dict[str, int] = {}
-    for p in ns.partitions():
+    for p in ns.inspect.partitions():
         data = os.path.join(ns.uri, p["location"], "data")
         size = sum(os.path.getsize(os.path.join(data, f)) for f in os.listdir(data))
         key = key_of(p["values"])

@@ -119,7 +119,9 @@ class Lake:
         return self.lance.namespace(events.key)
 
     def table(self, key: str) -> dict:
-        return next(p for p in self.ns.partitions() if p["values"]["day_day"].isoformat() == key)
+        return next(
+            p for p in self.ns.inspect.partitions() if p["values"]["day_day"].isoformat() == key
+        )
 
     def table_uri(self, key: str) -> str:
         return os.path.join(self.ns.uri, self.table(key)["location"])

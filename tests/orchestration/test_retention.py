@@ -105,7 +105,9 @@ def test_retention_deletes_old_rows_and_records_the_count(lake):
     kept = ns_of(io, "events").to_table()
     assert sorted(set(kept["day"].to_pylist())) == [day(5), day(1)]
     assert kept.num_rows == 6
-    registered = sorted(v for p in ns_of(io, "events").partitions() for v in p["values"].values())
+    registered = sorted(
+        v for p in ns_of(io, "events").inspect.partitions() for v in p["values"].values()
+    )
     assert registered == [day(5), day(1)]
     assert sorted(ns_of(io, "logs").to_table()["msg"].to_pylist()) == ["a", "d"]
     seen = observations(result)

@@ -69,7 +69,9 @@ class Lake:
         """Give ``key``'s partition table a new version with ``table`` (as a foreign tool
         would) and pin the manifest to it."""
         ns = self.ns
-        entry = next(p for p in ns.partitions() if p["values"]["day_day"].isoformat() == key)
+        entry = next(
+            p for p in ns.inspect.partitions() if p["values"]["day_day"].isoformat() == key
+        )
         version = lance.write_dataset(
             table, os.path.join(ns.uri, entry["location"]), mode="overwrite"
         ).version
@@ -203,7 +205,7 @@ def test_maintenance_job_compacts_cleans_and_keeps_every_row(lake):
                 os.path.join(lake.ns.uri, p["location"]), version=p["read_version"]
             ).get_fragments()
         )
-        for p in lake.ns.partitions()
+        for p in lake.ns.inspect.partitions()
     }
     assert max(frags.values()) == 1
     assert schedule.cron_schedule == "0 3 * * *"

@@ -34,7 +34,7 @@ def test_connect_dataframes_are_written_and_loaded_per_partition(tmp_path):
         assert run["events"]["per_sensor"] == {"lance/engine": "spark", "rows": 3}
 
     readings = PartitionedNamespace.open(root / "readings")
-    days = sorted(v for p in readings.partitions() for v in p["values"].values())
+    days = sorted(v for p in readings.inspect.partitions() for v in p["values"].values())
     assert days == [dt.date(2024, 3, 2), dt.date(2024, 3, 3)]
     assert readings.count_rows() == 12 + 13
     counts = PartitionedNamespace.open(root / "per_sensor").to_table()

@@ -84,7 +84,7 @@ def test_connect_server_without_the_clients_files_materializes_with_full_metadat
         version = meta["lance/manifest_version"]
         # the recorded read versions are the ones that manifest version registered
         at = PartitionedNamespace.open(readings.uri, version=version)
-        pins = {str(p["read_version"]) for p in at.partitions()}
+        pins = {str(p["read_version"]) for p in at.inspect.partitions()}
         recorded = {str(v) for v in meta["lance/read_versions"].values()}
         assert len(recorded) == 1 and recorded <= pins
         assert run["events"]["per_sensor"]["rows"] == 3

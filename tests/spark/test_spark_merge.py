@@ -23,6 +23,7 @@ from dagster_lance_partitioned.core.errors import (
     NullabilityError,
     SchemaMismatchError,
     UnnamedPartitionError,
+    WriteError,
 )
 from dagster_lance_partitioned.spark import merge as spark_merge
 from dagster_lance_partitioned.spark import write_dataframe
@@ -67,7 +68,7 @@ def pair(tmp_path, fields=None, data=None) -> tuple[PartitionedNamespace, Partit
 def contents(ns: PartitionedNamespace) -> dict[str, list[dict]]:
     """Every partition table's rows (at its pinned version), by its partition values."""
     out = {}
-    for p in ns.partitions():
+    for p in ns.inspect.partitions():
         ds = lance.dataset(os.path.join(ns.uri, p["location"]), version=p["read_version"])
         key = json.dumps({"spec": p.get("spec_id"), **p["values"]}, default=str, sort_keys=True)
         assert key not in out
@@ -300,6 +301,36 @@ def test_write_dataframe_merge_mode(tmp_path, spark):
     assert props["source"] == "spark" and props["operation"] == "merge"
     with pytest.raises(MergeKeyError):
         write_dataframe(df, ns.uri, mode="merge")  # no key columns
+
+
+def test_write_dataframe_merge_passes_the_merge_options(tmp_path, spark):
+    ns = PartitionedNamespace.create(tmp_path / "ns", schema=SCHEMA, partition_fields=BY_COUNTRY)
+    ns.write(sample_table())  # ids 0-11 over US, FR, DE (DE: 2, 5, 8, 11)
+    version = ns.version
+    df = spark.createDataFrame(
+        [(0, "FR", D1, -1.0), (99, "IT", D2, 9.9)],
+        "id long, country string, event_date date, value double",
+    )
+    with pytest.raises(WriteError, match="on only apply with mode='merge'"):
+        write_dataframe(df, ns.uri, "append", on="id")
+    with pytest.raises(WriteError, match="does not take partition_by"):
+        write_dataframe(df, ns.uri, "merge", "country", on="id", when_matched="ignore")
+    assert ns.refresh().version == version  # refused before anything was written
+    result = write_dataframe(
+        df,
+        ns.uri,
+        mode="merge",
+        on="id",
+        when_matched="ignore",
+        when_not_matched_by_source="delete",
+        scope="country = 'DE'",
+    )
+    assert (result.rows_updated, result.rows_inserted, result.rows_deleted) == (0, 1, 4)
+    ns.refresh()
+    assert ns.to_table(filter="id = 0").to_pylist()[0]["country"] == "US"  # matched: ignored
+    assert ns.count_rows() == 9 and ns.count_rows("country = 'DE'") == 0
+    props = ns.state.store.commit_properties(result.manifest_version)
+    assert props["when_matched"] == "ignore" and props["scope"] == "country = 'DE'"
 
 
 CONNECT_MERGE = """

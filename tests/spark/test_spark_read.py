@@ -65,7 +65,7 @@ def test_every_column_type_round_trips(spark, tmp_path):
     df = spark.read.format(FORMAT).option("rowsPerPartition", "1").load(ns.uri)
     assert df.schema == spark_schema(ns.schema)
     assert [f.name for f in df.schema] == table.column_names
-    assert df.rdd.getNumPartitions() == len(ns.partitions()) == 4
+    assert df.rdd.getNumPartitions() == len(ns.inspect.partitions()) == 4
     got = df.toArrow()
     assert rows_of(got) == rows_of(ns.to_table()) == rows_of(table)
     packed = spark.read.format(FORMAT).load(ns.uri)  # small tables share one input partition
@@ -155,7 +155,7 @@ def test_zoned_timestamp_filters_prune_and_match_spark(spark, tmp_path):
     lo, hi = dt.datetime(2025, 12, 10, 10, tzinfo=UTC), dt.datetime(2025, 12, 11, 5, tzinfo=UTC)
     q = df.where(f"ts >= TIMESTAMP '{lo.isoformat()}' AND ts < TIMESTAMP '{hi.isoformat()}'")
     assert sorted(r.id for r in q.collect()) == [i for i, v in enumerate(values) if lo <= v < hi]
-    assert q.rdd.getNumPartitions() < len(ns.partitions())
+    assert q.rdd.getNumPartitions() < len(ns.inspect.partitions())
 
 
 def test_one_manifest_version_per_dataframe(spark, events):

@@ -60,8 +60,8 @@ def test_spark_write_round_trips_every_type(spark, tmp_path):
     assert target.to_table().schema == table.schema
     assert rows_of(target.to_table()) == rows_of(table)
     # the NULL partitions (country NULL) landed in their own tables, as the core writes them
-    assert sorted(map(str, (p["values"] for p in target.partitions()))) == sorted(
-        map(str, (p["values"] for p in source.partitions()))
+    assert sorted(map(str, (p["values"] for p in target.inspect.partitions()))) == sorted(
+        map(str, (p["values"] for p in source.inspect.partitions()))
     )
 
 
@@ -76,7 +76,7 @@ def test_append_commits_each_partition_table_once_in_one_manifest_commit(spark, 
         pa.concat_tables([sample_table(12), sample_table(30, start=100)])
     )
     # three Spark tasks each staged rows of every partition: still one new version per table
-    for p in ns.partitions():
+    for p in ns.inspect.partitions():
         ds = lance.dataset(os.path.join(ns.uri, p["location"]), version=p["read_version"])
         assert ds.count_rows() == ns.count_rows(
             [
@@ -113,7 +113,7 @@ def test_overwrite_replaces_the_whole_table(spark, tmp_path):
     frame(spark, new, 2).write.format(FORMAT).mode("overwrite").save(ns.uri)
     ns.refresh()
     assert sorted_rows(ns.to_table()) == sorted_rows(new)
-    assert {p["values"]["country"] for p in ns.partitions()} == {"JP"}
+    assert {p["values"]["country"] for p in ns.inspect.partitions()} == {"JP"}
 
 
 def test_failing_task_changes_nothing_visible(spark, tmp_path):
@@ -231,7 +231,7 @@ def test_write_dataframe_reports_rows_per_partition_and_clusters(spark, tmp_path
     assert result.rows_written == 36 and len(result.partitions) == 9
     assert all(p.rows == 4 for p in result.partitions)
     # rows were clustered by partition first: one fragment per partition table
-    for p in ns.partitions():
+    for p in ns.inspect.partitions():
         ds = lance.dataset(os.path.join(ns.uri, p["location"]), version=p["read_version"])
         assert len(ds.get_fragments()) == 1
 
@@ -338,7 +338,7 @@ def test_write_dataframe_result_is_read_back_from_the_commit(spark, tmp_path):
     ns.refresh()
     assert result is not None and result.manifest_version == ns.version
     assert result.mode == "overwrite_partitions"
-    pins = {p["object_id"]: p["read_version"] for p in ns.partitions()}
+    pins = {p["object_id"]: p["read_version"] for p in ns.inspect.partitions()}
     assert result.read_versions.items() <= pins.items()
     # rows per partition (NULL, zoned and date partition values) as the manifest counts them
     for p in result.partitions:
@@ -369,7 +369,7 @@ def test_plain_write_scatters_fragments_and_says_how_to_cluster(spark, tmp_path)
                     os.path.join(ns.uri, p["location"]), version=p["read_version"]
                 ).get_fragments()
             )
-            for p in ns.partitions()
+            for p in ns.inspect.partitions()
         ]
         props = ManifestStore(ns.uri).commit_properties(ns.version)
         return frags, Summary.decode(props["spark.result"])

@@ -21,7 +21,7 @@ changes in Spark tasks with the same executor and commits their outcomes with
 from __future__ import annotations
 
 from ..errors import StaleChangeError
-from .change import Applied, RowChangeResult, TableChange
+from .change import Applied, RowChangeResult, TableEdit
 from .commit import (
     MAX_REDO,
     Counts,
@@ -41,7 +41,7 @@ __all__ = [
     "MergeOptions",
     "RowChangeResult",
     "StaleChangeError",
-    "TableChange",
+    "TableEdit",
     "TableExecutor",
     "TableOutcome",
     "commit_outcomes",

@@ -1,4 +1,4 @@
-"""What a row-level change is: the change of one partition table (:class:`TableChange`), what
+"""What a row-level change is: the change of one partition table (:class:`TableEdit`), what
 applying it made (:class:`Applied`), and what a whole merge, delete or update did
 (:class:`RowChangeResult`)."""
 
@@ -34,7 +34,7 @@ class RowChangeResult:
 
 
 @dataclass
-class TableChange:
+class TableEdit:
     """What happens to one existing partition table, decided against its stored rows as they
     are at its pinned version:
 
@@ -58,7 +58,7 @@ class TableChange:
     appends: list[pa.Table] = field(default_factory=list)
     counted: bool = False  # the upsert's rows are counted by the executor (see Applied)
 
-    def same(self, other: TableChange) -> bool:
+    def same(self, other: TableEdit) -> bool:
         """Whether ``other`` is the same change (so its result can be reused)."""
         return (
             self.on == other.on

@@ -15,7 +15,6 @@ again on the new state."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from .. import retire
+from ..commit_summary import WRITER_ID, CommitSummary, Operation
 from ..conform import conform_for_write, table_write_schema
 from ..errors import CommitConflictError, StaleChangeError
 from ..health import parallel_map
@@ -35,13 +35,12 @@ from ..manifest import (
     partition_field_columns,
     table_location,
 )
-from ..manifest_ops import ManifestEdit
+from ..manifest_ops import ManifestEdit, NothingToCommit
 from ..naming import NamespaceNaming, ensure_naming_key
 from ..planning import ScanTask
 from ..search.catalog import declared
 from ..spec import PartitionSpec
 from ..state import NamespaceState, load_snapshot
-from ..write import WRITER_ID
 from . import keys as K
 from .change import Applied, RowChangeResult
 from .executor import TableExecutor
@@ -126,10 +125,6 @@ class _Round:
         return self.naming.namespace_name(prefix)
 
 
-class _NothingToCommit(Exception):
-    """The plan changes nothing."""
-
-
 def new_table_location(spec: PartitionSpec, key: Key, name_of: NameOf) -> str:
     """A location for the new table of partition ``key`` (named after its object id when its
     partition namespaces are all new)."""
@@ -139,10 +134,9 @@ def new_table_location(spec: PartitionSpec, key: Key, name_of: NameOf) -> str:
 
 def run(
     ns: NamespaceState,
-    operation: str,
+    operation: Operation,
     build: Callable[[ChangePlan], None],
     properties: dict[str, str],
-    before_commit: Callable[[], None] | None = None,
     executor: TableExecutor | None = None,
 ) -> RowChangeResult:
     """Plan with ``build`` on the latest manifest, make the detached versions and commit them
@@ -153,7 +147,6 @@ def run(
     executor = executor or TableExecutor(ns.uri, store.storage_options)
     state = _Round()
     rounds = [0, 0]  # planning rounds, rounds that had to redo a partition
-    hook = _OnceHook(before_commit)
 
     def plan(snap: ManifestSnapshot) -> ManifestEdit:
         state.forget_retired(store, snap, executor)
@@ -177,9 +170,8 @@ def run(
                 )
         rounds[0] += 1
         if edit is None:
-            raise _NothingToCommit
+            raise NothingToCommit
         edit.properties = _properties(operation, sorted(p.deregister), properties)
-        hook()
         return edit
 
     def result() -> RowChangeResult:
@@ -187,18 +179,6 @@ def run(
         return state.result
 
     return _commit(ns, plan, result)
-
-
-class _OnceHook:
-    """Calls ``before_commit`` (a test hook) before the first manifest commit attempt only."""
-
-    def __init__(self, before_commit: Callable[[], None] | None) -> None:
-        self.before_commit = before_commit
-
-    def __call__(self) -> None:
-        if self.before_commit is not None:
-            hook, self.before_commit = self.before_commit, None
-            hook()
 
 
 def _commit(
@@ -210,7 +190,7 @@ def _commit(
     manifest version it is visible at (no commit when the plan found nothing to change)."""
     try:
         snap = ns.store.commit(load_snapshot, plan)
-    except _NothingToCommit:
+    except NothingToCommit:
         ns.refresh()
         return replace(result(), manifest_version=ns.version, committed=False)
     ns.refresh()
@@ -218,12 +198,8 @@ def _commit(
 
 
 def _properties(operation: str, removed: list[str], extra: Mapping[str, str]) -> dict[str, str]:
-    return {
-        "operation": operation,
-        "writer": WRITER_ID,
-        "overwritten": json.dumps(removed),
-        **extra,
-    }
+    summary = CommitSummary(operation, overwritten=tuple(removed), writer=WRITER_ID, user=extra)
+    return summary.to_properties()
 
 
 def _materialize(
@@ -356,7 +332,6 @@ def commit_outcomes(
     counts: Counts,
     properties: Mapping[str, str],
     name_of: NameOf,
-    before_commit: Callable[[], None] | None = None,
 ) -> RowChangeResult:
     """Register ``outcomes`` (made on the snapshot ``base``) in one manifest commit.
 
@@ -370,7 +345,6 @@ def commit_outcomes(
     spec = base_state.current_spec
     schema = base_state.schema_with_ids
     outcome: list[RowChangeResult] = []
-    hook = _OnceHook(before_commit)
 
     made_at = retire.epoch(base)
     uses = [u for o in outcomes if (u := o.use(made_at)) is not None]
@@ -389,9 +363,8 @@ def commit_outcomes(
         edit.uses = uses
         outcome[:] = [result]
         if not edit.upserts and not edit.deletes:
-            raise _NothingToCommit
+            raise NothingToCommit
         edit.properties = _properties(operation, sorted(result.partitions_removed), properties)
-        hook()
         return edit
 
     return _commit(ns, plan, lambda: outcome[0])

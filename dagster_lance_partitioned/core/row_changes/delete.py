@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import pyarrow as pa
 
+from ..commit_summary import PROP_FILTER, Operation
 from ..concurrency import table_threads
 from ..errors import WriteError
 from ..filters import FilterLike, to_sql
@@ -25,7 +26,6 @@ def delete_rows(
     filter: FilterLike,
     *,
     commit_properties: Mapping[str, str] | None = None,
-    before_commit: Callable[[], None] | None = None,
 ) -> RowChangeResult:
     """Delete the rows matching ``filter`` (NULL is not a match) in one manifest commit.
 
@@ -62,5 +62,5 @@ def delete_rows(
             else:
                 p.change(task).delete_filter = sql
 
-    props = {"filter": sql, **(commit_properties or {})}
-    return run(ns, "delete", build, props, before_commit, executor)
+    props = {PROP_FILTER: sql, **(commit_properties or {})}
+    return run(ns, Operation.DELETE, build, props, executor)

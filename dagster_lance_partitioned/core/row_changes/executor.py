@@ -1,4 +1,4 @@
-"""Applying a :class:`TableChange` to one partition table: one new **detached** Lance version
+"""Applying a :class:`TableEdit` to one partition table: one new **detached** Lance version
 built on the version the manifest pins (nothing visible until a manifest commit registers it),
 and creating new partition tables.
 
@@ -41,7 +41,7 @@ from ..search.declaration import IndexDeclaration
 from ..storage import DETACHED_BIT
 from ..write import MAX_ROWS_PER_FILE
 from . import keys as K
-from .change import Applied, TableChange
+from .change import Applied, TableEdit
 
 ROWADDR = "_rowaddr"
 RECENT_VERSIONS = 512  # table versions made by this process kept open for the next change
@@ -57,7 +57,7 @@ class TableExecutor:
         self.opts = storage_options
         self._datasets: dict[tuple[Any, ...], lance.LanceDataset] = {}
         self._keys: dict[tuple[Any, ...], pa.Table] = {}
-        self._done: dict[tuple[str, int], list[tuple[TableChange, Applied]]] = {}
+        self._done: dict[tuple[str, int], list[tuple[TableEdit, Applied]]] = {}
         self._created: dict[str, tuple[pa.Table, int]] = {}
         self.misses = 0  # changes and creations actually made (not reused)
         self.threads = table_threads(root)  # tables changed at once
@@ -211,7 +211,7 @@ class TableExecutor:
         return table.replace_schema_metadata(None)
 
     # -- changing existing tables ------------------------------------------------------------
-    def apply(self, task: ScanTask, change: TableChange, schema: pa.Schema) -> Applied:
+    def apply(self, task: ScanTask, change: TableEdit, schema: pa.Schema) -> Applied:
         """``change`` applied to ``task``'s table at its pinned version, as one detached
         version (reused when the same change was applied to the same version before)."""
         if task.read_branch is not None:
@@ -240,7 +240,7 @@ class TableExecutor:
         return applied
 
     def _apply_rowwise(
-        self, task: ScanTask, ds: lance.LanceDataset, change: TableChange, schema: pa.Schema
+        self, task: ScanTask, ds: lance.LanceDataset, change: TableEdit, schema: pa.Schema
     ) -> Applied:
         """The change as deletion vectors plus new fragments, in one commit."""
         plain, write_schema = self.schemas(schema)
@@ -306,7 +306,7 @@ class TableExecutor:
         return Applied(new.version, expected, updated, inserted, deleted)
 
     def _apply_rewrite(
-        self, task: ScanTask, ds: lance.LanceDataset, change: TableChange, schema: pa.Schema
+        self, task: ScanTask, ds: lance.LanceDataset, change: TableEdit, schema: pa.Schema
     ) -> Applied:
         """The change computed in memory over the table's rows read in the namespace schema
         (tables of an older layout, or filters only DataFusion evaluates), written as one
@@ -469,7 +469,7 @@ class _Upserted:
 def _upsert(
     stored: pa.Table,
     upsert: pa.Table,
-    change: TableChange,
+    change: TableEdit,
     on: list[str],
     constants: dict[str, Any],
     out: list[pa.Table],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import arrow_json
+from ..commit_summary import Operation
 from ..conform import check_write_schema, conform_for_write, table_write_schema
 from ..errors import DuplicateKeyError, MergeKeyError, UnnamedPartitionError, WriteError
 from ..filters import FilterLike, quote_ident, sql_literal, to_sql
@@ -39,22 +40,54 @@ LOOKUP_IN_LIST_MAX = 2_000
 
 @dataclass(frozen=True)
 class MergeOptions:
-    """A merge's checked options."""
+    """A merge's options: the key columns ``on`` (a name or names); what happens to an input
+    row whose key is stored (``when_matched``: ``update`` | ``ignore``), to one whose key is not
+    (``when_not_matched``: ``insert`` | ``ignore``) and to a stored row whose key is not in the
+    input (``when_not_matched_by_source``: ``keep`` | ``delete``); ``scope`` (SQL) limits the
+    stored rows such a delete may remove, ``confine`` (SQL) the stored rows the merge may change
+    or move. :func:`merge_options` checks them against a namespace; the Dagster IO manager reads
+    them from an asset's metadata (``lance/merge_on``, ``lance/merge_when_matched``, ...)."""
 
-    on: list[str]
-    update: bool  # when_matched="update"
-    insert: bool  # when_not_matched="insert"
-    by_source: bool  # when_not_matched_by_source="delete"
-    scope: str | None  # SQL
-    confine: str | None = None  # SQL: stored rows outside it are never changed or moved
+    on: tuple[str, ...]
+    when_matched: str = "update"
+    when_not_matched: str = "insert"
+    when_not_matched_by_source: str = "keep"
+    scope: str | None = None
+    confine: str | None = None
+
+    def __post_init__(self) -> None:
+        on: Any = self.on
+        object.__setattr__(self, "on", (on,) if isinstance(on, str) else tuple(on))
+        for name, allowed in (
+            ("when_matched", WHEN_MATCHED),
+            ("when_not_matched", WHEN_NOT_MATCHED),
+            ("when_not_matched_by_source", WHEN_NOT_MATCHED_BY_SOURCE),
+        ):
+            if getattr(self, name) not in allowed:
+                raise WriteError(f"{name}={getattr(self, name)!r}: use one of {', '.join(allowed)}")
+
+    @property
+    def update(self) -> bool:
+        """Matched input rows replace the stored ones."""
+        return self.when_matched == "update"
+
+    @property
+    def insert(self) -> bool:
+        """Unmatched input rows are added."""
+        return self.when_not_matched == "insert"
+
+    @property
+    def by_source(self) -> bool:
+        """Stored rows whose key is not in the input are deleted (within ``scope``)."""
+        return self.when_not_matched_by_source == "delete"
 
     def properties(self) -> dict[str, str]:
         """The commit properties recording them."""
         return {
-            "on": json.dumps(self.on),
-            "when_matched": "update" if self.update else "ignore",
-            "when_not_matched": "insert" if self.insert else "ignore",
-            "when_not_matched_by_source": "delete" if self.by_source else "keep",
+            "on": json.dumps(list(self.on)),
+            "when_matched": self.when_matched,
+            "when_not_matched": self.when_not_matched,
+            "when_not_matched_by_source": self.when_not_matched_by_source,
             **({"scope": self.scope} if self.scope else {}),
             **({"confine": self.confine} if self.confine else {}),
         }
@@ -97,10 +130,10 @@ def merge_options(
     if confine_sql is not None:
         check_filter(confine_sql, ns.schema_with_ids)
     return MergeOptions(
-        keys,
-        when_matched == "update",
-        when_not_matched == "insert",
-        when_not_matched_by_source == "delete",
+        tuple(keys),
+        when_matched,
+        when_not_matched,
+        when_not_matched_by_source,
         scope_sql,
         confine_sql,
     )
@@ -170,7 +203,6 @@ def merge_rows(
     when_not_matched_by_source: str = "keep",
     scope: FilterLike = None,
     commit_properties: Mapping[str, str] | None = None,
-    before_commit: Callable[[], None] | None = None,
     confine: FilterLike = None,
 ) -> RowChangeResult:
     """Merge ``data`` into the namespace on the key columns ``on``, in one manifest commit
@@ -207,19 +239,19 @@ def merge_rows(
         ns, on, when_matched, when_not_matched, when_not_matched_by_source, scope, confine
     )
     src = input_table(data, ns)
-    check_keys(src, opts.on)
+    check_keys(src, list(opts.on))
     executor = TableExecutor(ns.uri, ns.storage_options)
 
     def build(p: ChangePlan) -> None:
         plan_merge(p, src, opts, executor)
 
     props = {**opts.properties(), **(commit_properties or {})}
-    return run(ns, "merge", build, props, before_commit, executor)
+    return run(ns, Operation.MERGE, build, props, executor)
 
 
 def plan_merge(p: ChangePlan, src: pa.Table, opts: MergeOptions, executor: TableExecutor) -> None:
     """Decide every input row and every touched table's change on ``p``'s snapshot."""
-    on = opts.on
+    on = list(opts.on)
     routed, targets = p.route(src)
     target_of = np.full(src.num_rows, "", dtype=object)  # object id of each row's target
     for key, idx in routed.items():
@@ -356,7 +388,7 @@ def _plan_by_source(
 ) -> None:
     """Delete stored rows whose key is not in the input: in the target partitions, or in the
     rows matching ``scope``."""
-    on = opts.on
+    on = list(opts.on)
     if opts.scope is None:
         scoped: list[tuple[ScanTask, str | None]] = [(t, None) for t in targets]
     else:

@@ -17,7 +17,7 @@ from ..manifest import ManifestSnapshot, TableEntry
 from ..partitioner import SpecEvaluator
 from ..planning import ScanTask, _task, plan_scan
 from ..spec import PartitionSpec
-from .change import TableChange
+from .change import TableEdit
 
 Key = tuple[Any, ...]
 
@@ -30,7 +30,7 @@ class ChangePlan:
     root: str
     schema: pa.Schema  # the namespace schema with field ids
     spec: PartitionSpec  # the current spec
-    changes: dict[str, tuple[ScanTask, TableChange]] = field(default_factory=dict)
+    changes: dict[str, tuple[ScanTask, TableEdit]] = field(default_factory=dict)
     creates: dict[Key, list[pa.Table]] = field(default_factory=dict)
     deregister: dict[str, ScanTask] = field(default_factory=dict)
     inserted: int = 0
@@ -38,10 +38,10 @@ class ChangePlan:
     deleted: int = 0
     moved: int = 0
 
-    def change(self, task: ScanTask) -> TableChange:
+    def change(self, task: ScanTask) -> TableEdit:
         """The change of ``task``'s table (created empty on first use)."""
         if task.object_id not in self.changes:
-            self.changes[task.object_id] = (task, TableChange())
+            self.changes[task.object_id] = (task, TableEdit())
         return self.changes[task.object_id][1]
 
     def tasks_of(self, entries: Iterable[TableEntry]) -> list[ScanTask]:

@@ -4,13 +4,14 @@ whose partition changes move)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import datafusion as dfn
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import arrow_json
+from ..commit_summary import PROP_FILTER, PROP_SET, Operation
 from ..concurrency import table_threads
 from ..errors import UpdateExpressionError
 from ..filters import FilterLike, check_row_expression, quote_ident, to_sql
@@ -86,7 +87,6 @@ def update_rows(
     set: Mapping[str, str],
     *,
     commit_properties: Mapping[str, str] | None = None,
-    before_commit: Callable[[], None] | None = None,
 ) -> RowChangeResult:
     """Set ``set``'s columns (DataFusion SQL expressions over the row) on the rows matching
     ``filter``, in one manifest commit. An expression that is not a scalar row expression
@@ -158,5 +158,6 @@ def update_rows(
         if moving:
             p.place(pa.concat_tables(moving))
 
-    props = {"filter": where, "set": json.dumps(dict(set)), **(commit_properties or {})}
-    return run(ns, "update", build, props, before_commit, TableExecutor(ns.uri, ns.storage_options))
+    props = {PROP_FILTER: where, PROP_SET: json.dumps(dict(set)), **(commit_properties or {})}
+    executor = TableExecutor(ns.uri, ns.storage_options)
+    return run(ns, Operation.UPDATE, build, props, executor)

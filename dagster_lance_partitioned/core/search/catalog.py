@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..commit_summary import WRITER_ID, CommitSummary, Operation
 from ..concurrency import table_threads
 from ..errors import IndexDeclarationError, IndexNotFoundError
 from ..filters import FilterLike
@@ -22,7 +23,6 @@ from ..retire import epoch
 from ..revisions import Registered, Revision, register
 from ..scan import open_table
 from ..state import HasState, NamespaceState, load_snapshot, state_of
-from ..write.commit import WRITER_ID
 from .build import TableIndexState, index_version, table_state
 from .declaration import IndexDeclaration, declarations, declare
 
@@ -89,8 +89,8 @@ def find(ns: NamespaceState | HasState, name: str) -> IndexDeclaration:
     return found[name]
 
 
-def _properties(operation: str, **more: str) -> dict[str, str]:
-    return {"operation": operation, "writer": WRITER_ID, "overwritten": "[]", **more}
+def _summary(operation: Operation, index: str | None = None) -> CommitSummary:
+    return CommitSummary(operation, writer=WRITER_ID, index=index)
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,12 @@ def _reindex(
 
 
 def _set_metadata(
-    state: NamespaceState, key: str, value: str | None, operation: str, *, expect: str | None
+    state: NamespaceState,
+    key: str,
+    value: str | None,
+    operation: Operation,
+    *,
+    expect: str | None,
 ) -> None:
     """Set (or with None remove) one ``__manifest`` metadata key in a commit of its own,
     unless it already holds ``value``; refuses when a concurrent commit set it to something
@@ -177,7 +182,7 @@ def _set_metadata(
                 f"index {key.split('.', 2)[-1]!r} was declared otherwise by a concurrent "
                 f"commit: {current}"
             )
-        return ManifestEdit(metadata={key: value}, properties=_properties(operation))
+        return ManifestEdit(metadata={key: value}, properties=_summary(operation).to_properties())
 
     state.store.commit(load_snapshot, plan)
     state.refresh()
@@ -220,8 +225,8 @@ def create_index(
         value = before  # the same declaration, kept as stored
     made_at = epoch(state.snapshot)
     revisions = _reindex(state, state.plan_scan(None).tasks, [decl], runner=runner)
-    _set_metadata(state, decl.key, value, "create_index", expect=None)
-    register(state, revisions, _properties("create_index", index=decl.name), made_at)
+    _set_metadata(state, decl.key, value, Operation.CREATE_INDEX, expect=None)
+    register(state, revisions, _summary(Operation.CREATE_INDEX, decl.name), made_at)
     return coverage(state, decl.name)
 
 
@@ -235,8 +240,8 @@ def drop_index(ns: NamespaceState | HasState, name: str) -> IndexResult:
     decl = find(state, name)
     made_at = epoch(state.snapshot)
     revisions = _reindex(state, state.plan_scan(None).tasks, [], drop=[decl.name])
-    _set_metadata(state, decl.key, None, "drop_index", expect=decl.to_json())
-    done = register(state, revisions, _properties("drop_index", index=decl.name), made_at)
+    _set_metadata(state, decl.key, None, Operation.DROP_INDEX, expect=decl.to_json())
+    done = register(state, revisions, _summary(Operation.DROP_INDEX, decl.name), made_at)
     return IndexResult(done.manifest_version, done.committed, done.skipped)
 
 
@@ -254,7 +259,7 @@ def optimize_indexes(
         return IndexResult(state.version, ())
     made_at = epoch(state.snapshot)
     revisions = _reindex(state, state.plan_scan(filter).tasks, decls, fold=True, runner=runner)
-    done: Registered = register(state, revisions, _properties("optimize_indexes"), made_at)
+    done: Registered = register(state, revisions, _summary(Operation.OPTIMIZE_INDEXES), made_at)
     return IndexResult(done.manifest_version, done.committed, done.skipped)
 
 

@@ -1,6 +1,6 @@
 """Index declarations: what a namespace asks of every partition table (an index on a column,
 of a Lance index type, with parameters), stored in ``__manifest`` table metadata under
-``dlp.index.<name>`` as this package's extension (see docs/format.md, "Indexes")."""
+``dlp.index.<name>`` as this package's extension (see docs/reference/format.md, "Indexes")."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ INTEGER_PARAMS = (
 )
 
 # Partition tables with fewer rows are searched without a vector index: a flat search of a few
-# thousand vectors is exact and about as fast as probing an index (see docs/benchmarks.md).
+# thousand vectors is exact and about as fast as probing an index (see
+# docs/explanation/benchmarks.md).
 VECTOR_MIN_ROWS = 4096
 # Scalar and full-text indexes are cheap to build and exact: every non-empty table gets one.
 OTHER_MIN_ROWS = 1
@@ -223,7 +224,7 @@ class IndexDeclaration:
             params["num_sub_vectors"] = _sub_vectors(dimension)
         # training samples per centroid: Lance's default (256) trains each partition table's
         # quantizer on as many rows as one big dataset's; a quarter keeps recall and builds a
-        # namespace of many tables about 3x faster (docs/benchmarks.md, search)
+        # namespace of many tables about 3x faster (docs/explanation/benchmarks.md, search)
         params.setdefault("sample_rate", VECTOR_SAMPLE_RATE)
         return params
 

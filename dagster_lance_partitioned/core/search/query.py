@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import lance
 import numpy as np
@@ -19,29 +19,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..arrow_json import strip_field_ids
-from ..conform import conform_for_read
 from ..errors import SearchQueryError
 from ..filters import FilterLike
-from ..health import parallel_map
-from ..partition_constants import fill_constants
 from ..planning import ScanTask
-from ..scan import (
-    _filtered,
-    _guarded,
-    _layout,
-    iter_task_batches,
-    lance_filter,
-    open_table,
-    read_schema,
-    scan_concurrency,
-)
+from ..scan import iter_task_batches, read_schema
 from ..state import HasState, NamespaceState, state_of
 from .build import describe
 from .catalog import declared
 from .declaration import METRICS, IndexDeclaration, vector_dimension
+from .searched import DISTANCE, Searched, for_each_partition, open_searched, rows_by_id
+from .text import search_text
 
-DISTANCE = "_distance"
-SCORE = "_score"
 VECTOR_PARAMS = (
     "nprobes",
     "minimum_nprobes",
@@ -50,70 +38,9 @@ VECTOR_PARAMS = (
     "ef",
     "use_index",
 )
-T = TypeVar("T")
 # candidates re-ranked by exact distance per row kept, unless refine_factor is given (recall@10
 # 0.77 at 1, 0.97 at 5, 0.995 at 10 in bench/bench_search.py; latency about the same)
 DEFAULT_REFINE = 10
-
-
-@dataclass(frozen=True)
-class Searched:
-    """One partition table opened for a search: where its columns are, and the filter that
-    applies inside it (None: none; ``lance_sql`` None while ``sql`` is set: DataFusion
-    applies it after reading)."""
-
-    task: ScanTask
-    ds: lance.LanceDataset
-    sources: dict[str, str | None]
-    native: bool  # the table holds every namespace column under the same name and type
-    sql: str | None
-    lance_sql: str | None
-
-    @property
-    def pushable(self) -> bool:
-        """Lance can search this table with the filter inside it."""
-        return self.native and (self.sql is None or self.lance_sql is not None)
-
-
-def open_searched(
-    task: ScanTask, schema: pa.Schema, residual: str | None, opts: dict[str, str] | None
-) -> Searched:
-    """``task``'s table opened for a search under the plan's ``residual`` filter."""
-    ds = open_table(task, opts)
-    sources, native = _layout(ds.schema, schema)
-    sql = None if task.filter_implied else residual
-    plain = strip_field_ids(schema)
-    return Searched(task, ds, dict(sources), native, sql, lance_filter(sql, plain))
-
-
-def for_each_partition(
-    state: NamespaceState, tasks: Sequence[ScanTask], fn: Callable[[ScanTask], T]
-) -> list[T]:
-    """``fn`` on every task, concurrently (as many at once as a scan reads), raw storage
-    failures raised as :class:`PartitionReadError` naming the partition."""
-    threads = scan_concurrency(state.uri)
-    return parallel_map(lambda t: _guarded(t, lambda: fn(t)), list(tasks), threads)
-
-
-def rows_by_id(
-    searched: Searched, row_ids: Sequence[int], schema: pa.Schema, wanted: pa.Schema
-) -> pa.Table:
-    """The rows ``row_ids`` of a searched table in the namespace's ``wanted`` columns (in the
-    order given), then those the search filter keeps (``_rowid`` kept as a column)."""
-    plain = strip_field_ids(schema)
-    need = plain if searched.sql else wanted
-    present = [src for f in need if (src := searched.sources.get(f.name)) is not None]
-    ids = [int(i) for i in row_ids]
-    if present:
-        raw = searched.ds._take_rows(ids, columns=present)
-    else:
-        raw = pa.table({"__rows": pa.nulls(len(ids), pa.null())})
-    table = conform_for_read(raw, need, searched.task.object_id, searched.sources)
-    table = fill_constants(table, searched.task.constants, need)
-    table = table.append_column("_rowid", pa.array(ids, pa.uint64()))
-    if searched.sql:
-        table = _filtered(table, searched.sql, table.schema)
-    return table.select([*wanted.names, "_rowid"])
 
 
 def check_k(k: Any) -> int:
@@ -155,8 +82,6 @@ def search(
     plain = strip_field_ids(schema)
     target = read_schema(plain, columns)
     if kind == "text":
-        from .text import search_text
-
         decl = text_index(plain, decls, column)
         return search_text(state, query, decl, k, filter, target, dict(params or {}))
     name, metric = vector_column(plain, decls, column)

@@ -39,7 +39,7 @@ from ..planning import ScanTask
 from ..state import NamespaceState
 from .build import describe
 from .declaration import IndexDeclaration
-from .query import SCORE, Searched, for_each_partition, open_searched, rows_by_id
+from .searched import SCORE, Searched, for_each_partition, open_searched, rows_by_id
 
 K1 = 1.2
 B = 0.75

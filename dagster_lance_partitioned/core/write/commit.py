@@ -10,7 +10,6 @@ whole, :meth:`WriteCommit.place` for each partition."""
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ import lance
 import pyarrow as pa
 
 from .. import retire
+from ..commit_summary import WRITER_ID as WRITER_ID  # re-exported by .write
+from ..commit_summary import CommitSummary, Operation
 from ..errors import CommitConflictError
 from ..manifest import (
     SEP,
@@ -36,8 +37,6 @@ from .mode import WriteMode
 from .pending import BaseIndex, Key, PendingPartition
 from .result import PartitionWrite, WriteResult
 from .table import TableWriter
-
-WRITER_ID = "dagster-lance-partitioned"  # commit property ``writer`` of this package's commits
 
 
 @dataclass
@@ -100,9 +99,10 @@ class WriteCommit(ABC):
         """Tables the write removes besides registering ``pending`` (added to the edit)."""
         return []
 
-    def overwritten(self, results: Sequence[PartitionWrite]) -> str:
-        """Commit property ``overwritten``: the table ids the commit replaced, as JSON."""
-        return json.dumps(sorted(p.object_id for p in results if p.replaced))
+    def overwritten(self, results: Sequence[PartitionWrite]) -> tuple[str, ...] | None:
+        """The table ids the commit replaced (commit property ``overwritten``; None: every
+        table)."""
+        return tuple(p.object_id for p in results if p.replaced)
 
     # -- the commit -----------------------------------------------------------------------------
     def commit(self, pending: Sequence[PendingPartition]) -> WriteResult:
@@ -146,13 +146,13 @@ class WriteCommit(ABC):
             for p in pending:
                 results.append(self.place(p, tables.get(p.key), attempt))
             removed.extend(self.deregister(attempt, pending))
-            edit.properties = {
-                "operation": "write",
-                "mode": self.mode,
-                "writer": WRITER_ID,
-                "overwritten": self.overwritten(results),
-                **self.commit_properties,
-            }
+            edit.properties = CommitSummary(
+                Operation.WRITE,
+                overwritten=self.overwritten(results),
+                mode=self.mode,
+                writer=WRITER_ID,
+                user=self.commit_properties,
+            ).to_properties()
             return edit
 
         def load(ds: lance.LanceDataset) -> ManifestSnapshot:

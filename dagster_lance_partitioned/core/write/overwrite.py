@@ -10,7 +10,6 @@ since it deregisters every partition it does not write."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +17,6 @@ import pyarrow as pa
 
 from ..errors import CommitConflictError
 from ..manifest import (
-    OVERWRITE_ALL,
     SEP,
     TABLE_NAME,
     ManifestSnapshot,
@@ -121,8 +119,8 @@ class OverwriteCommit(_ReplaceCommit):
         delete_empty_namespaces(snap, edit)
         return removed
 
-    def overwritten(self, results: Sequence[PartitionWrite]) -> str:
-        return json.dumps(OVERWRITE_ALL)
+    def overwritten(self, results: Sequence[PartitionWrite]) -> tuple[str, ...] | None:
+        return None  # every table: concurrent writers of any partition must not rebase
 
 
 def covering_keys(

@@ -5,7 +5,7 @@ previous state."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -36,9 +36,8 @@ class PartitionWriter:
     """One write into a partitioned namespace, from a base manifest snapshot.
 
     ``schema`` is the namespace schema with field ids, ``spec`` the spec rows are partitioned
-    by. ``before_commit`` is called with the partitions once their tables are committed, just
-    before the manifest commit (a test seam). ``partitions`` names the only partitions the write
-    may touch; ``naming`` names the namespaces and tables it creates (default: random)."""
+    by. ``partitions`` names the only partitions the write may touch; ``naming`` names the
+    namespaces and tables it creates (default: random)."""
 
     def __init__(
         self,
@@ -48,7 +47,6 @@ class PartitionWriter:
         spec: PartitionSpec,
         mode: str,
         commit_properties: dict[str, str] | None = None,
-        before_commit: Callable[[list[PendingPartition]], None] | None = None,
         partitions: Iterable[Mapping[str, Any]] | None = None,
         naming: Naming | None = None,
     ) -> None:
@@ -59,7 +57,6 @@ class PartitionWriter:
         self.spec = spec
         # no field-level ids (Lance drops them); dlp:field_ids in the schema metadata instead
         self.write_schema = table_write_schema(schema)
-        self.before_commit = before_commit
         commit_type = COMMITS[self.mode]
         self.tables = TableWriter(store, spec, schema, self.write_schema)
         self.ingest = PartitionIngest(
@@ -90,8 +87,6 @@ class PartitionWriter:
             # nothing to write and nothing to deregister: no commit
             return WriteResult(self.base.version, self.spec.spec_id, self.mode, (), (), False)
         for_each_table(pending, self._finish_table, table_threads(self.store.root))
-        if self.before_commit is not None:
-            self.before_commit(pending)
         return self.manifest_commit.commit(pending)
 
     def stage(self, data: Any) -> list[PendingPartition]:

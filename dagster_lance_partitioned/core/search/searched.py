@@ -1,0 +1,84 @@
+"""One partition table as a search sees it (:class:`Searched`): opened under the plan's
+residual filter, searched concurrently with the others, its rows taken by row id. Shared by
+vector search (:mod:`.query`) and full-text search (:mod:`.text`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import lance
+import pyarrow as pa
+
+from ..arrow_json import strip_field_ids
+from ..conform import conform_for_read
+from ..health import parallel_map
+from ..partition_constants import fill_constants
+from ..planning import ScanTask
+from ..scan import _filtered, _guarded, _layout, lance_filter, open_table, scan_concurrency
+from ..state import NamespaceState
+
+DISTANCE = "_distance"  # vector search: the result column of distances (ascending)
+SCORE = "_score"  # full-text search: the result column of BM25 scores (descending)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Searched:
+    """One partition table opened for a search: where its columns are, and the filter that
+    applies inside it (None: none; ``lance_sql`` None while ``sql`` is set: DataFusion
+    applies it after reading)."""
+
+    task: ScanTask
+    ds: lance.LanceDataset
+    sources: dict[str, str | None]
+    native: bool  # the table holds every namespace column under the same name and type
+    sql: str | None
+    lance_sql: str | None
+
+    @property
+    def pushable(self) -> bool:
+        """Lance can search this table with the filter inside it."""
+        return self.native and (self.sql is None or self.lance_sql is not None)
+
+
+def open_searched(
+    task: ScanTask, schema: pa.Schema, residual: str | None, opts: dict[str, str] | None
+) -> Searched:
+    """``task``'s table opened for a search under the plan's ``residual`` filter."""
+    ds = open_table(task, opts)
+    sources, native = _layout(ds.schema, schema)
+    sql = None if task.filter_implied else residual
+    plain = strip_field_ids(schema)
+    return Searched(task, ds, dict(sources), native, sql, lance_filter(sql, plain))
+
+
+def for_each_partition(
+    state: NamespaceState, tasks: Sequence[ScanTask], fn: Callable[[ScanTask], T]
+) -> list[T]:
+    """``fn`` on every task, concurrently (as many at once as a scan reads), raw storage
+    failures raised as :class:`PartitionReadError` naming the partition."""
+    threads = scan_concurrency(state.uri)
+    return parallel_map(lambda t: _guarded(t, lambda: fn(t)), list(tasks), threads)
+
+
+def rows_by_id(
+    searched: Searched, row_ids: Sequence[int], schema: pa.Schema, wanted: pa.Schema
+) -> pa.Table:
+    """The rows ``row_ids`` of a searched table in the namespace's ``wanted`` columns (in the
+    order given), then those the search filter keeps (``_rowid`` kept as a column)."""
+    plain = strip_field_ids(schema)
+    need = plain if searched.sql else wanted
+    present = [src for f in need if (src := searched.sources.get(f.name)) is not None]
+    ids = [int(i) for i in row_ids]
+    if present:
+        raw = searched.ds._take_rows(ids, columns=present)
+    else:
+        raw = pa.table({"__rows": pa.nulls(len(ids), pa.null())})
+    table = conform_for_read(raw, need, searched.task.object_id, searched.sources)
+    table = fill_constants(table, searched.task.constants, need)
+    table = table.append_column("_rowid", pa.array(ids, pa.uint64()))
+    if searched.sql:
+        table = _filtered(table, searched.sql, table.schema)
+    return table.select([*wanted.names, "_rowid"])
