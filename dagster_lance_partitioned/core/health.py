@@ -119,7 +119,7 @@ class IntegrityIssue:
 
 
 @dataclass(frozen=True)
-class TableVersion:
+class VersionManifest:
     """One version manifest of a Lance table found on storage."""
 
     version: int
@@ -157,7 +157,7 @@ class TableListing:
     uri: str
     files: dict[str, storage.FileEntry]
     storage_options: dict[str, str] | None = None
-    versions: dict[int, TableVersion] = field(default_factory=dict)
+    versions: dict[int, VersionManifest] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for path, entry in self.files.items():
@@ -165,7 +165,7 @@ class TableListing:
                 continue
             version = manifest_file_version(path[len(VERSIONS_DIR) :])
             if version is not None:
-                self.versions[version] = TableVersion(version, path, entry.mtime)
+                self.versions[version] = VersionManifest(version, path, entry.mtime)
 
     @property
     def exists(self) -> bool:
@@ -646,7 +646,7 @@ def _intermediate(listing: TableListing, version: int) -> bool:
     return tx is not None and type(tx.operation).__name__ in ("Restore", "Project")
 
 
-def _versions_text(versions: dict[int, TableVersion], shown: int = 5) -> str:
+def _versions_text(versions: dict[int, VersionManifest], shown: int = 5) -> str:
     main = sorted(v for v in versions if v < storage.DETACHED_BIT)
     detached = len(versions) - len(main)
     text = ", ".join(str(v) for v in main[-shown:]) or "none on the main line"

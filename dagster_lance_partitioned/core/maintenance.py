@@ -20,12 +20,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import lance
 import pyarrow as pa
 from lance import LanceOperation
 from lance.fragment import write_fragments
 
 from . import storage
+from . import table_version as tv
 from .commit_summary import WRITER_ID, CommitSummary, Operation
 from .errors import PartialPartitionError, PartitionedNamespaceError, WriteError, storage_error
 from .filters import FilterLike, to_sql
@@ -47,8 +47,9 @@ from .manifest import ManifestSnapshot, ManifestStore, delete_empty_namespaces
 from .manifest_ops import ManifestEdit, NothingToCommit
 from .ns_schema import snapshot_schema
 from .planning import ScanTask, plan_scan
+from .registration import TableVersion
 from .retire import Retirement, announcement, epoch
-from .revisions import Revision, register
+from .revisions import register
 from .scan import count_matching, open_table
 from .search.build import index_version
 from .search.declaration import declarations
@@ -135,7 +136,7 @@ def _refuse_pinned(ns: NamespaceState, what: str) -> None:
 
 @dataclass(frozen=True)
 class _Compacted:
-    revision: Revision
+    revision: TableVersion
     before: int
     after: int
 
@@ -165,13 +166,7 @@ def _compact_table(ns: NamespaceState, task: ScanTask, target_rows: int) -> _Com
         data_storage_version=ds.data_storage_version,
         storage_options=opts,
     )
-    new = lance.LanceDataset.commit(
-        task.uri,
-        LanceOperation.Overwrite(schema, fragments),
-        read_version=ds.version,
-        detached=True,
-        storage_options=opts,
-    )
+    new = tv.commit(task.uri, LanceOperation.Overwrite(schema, fragments), ds.version, opts)
     if new.count_rows() != rows:  # never register a version that lost or gained rows
         raise PartitionedNamespaceError(
             f"partition {task.object_id}: compacted version {new.version} holds "
@@ -187,8 +182,7 @@ def _compact_table(ns: NamespaceState, task: ScanTask, target_rows: int) -> _Com
         object_id=task.object_id,
         dataset=new,
     ).version
-    pin = Pin(task.read_version, task.read_branch, task.read_tag)
-    return _Compacted(Revision(task.object_id, task.location, pin, version), before, len(fragments))
+    return _Compacted(TableVersion.of_task(task, version), before, len(fragments))
 
 
 def compact(

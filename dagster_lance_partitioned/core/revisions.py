@@ -1,5 +1,6 @@
-"""Registering new versions of registered partition tables (compaction, index builds): each
-made on exactly the version its manifest row pinned, all registered in one manifest commit;
+"""Registering new versions of registered partition tables (:class:`.TableVersion`s of
+compaction and index builds): each made on exactly the version its manifest row pinned, all
+registered in one manifest commit;
 a table whose pin a concurrent commit changed (or whose version a cleanup retired) keeps that
 commit's version and is reported as skipped."""
 
@@ -9,22 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .commit_summary import CommitSummary
-from .health import Pin, pin_of
+from .health import pin_of
 from .manifest import ManifestSnapshot
 from .manifest_ops import ManifestEdit, NothingToCommit
+from .registration import TableVersion, pin_version
 from .retire import Use, conflicting
 from .state import NamespaceState, load_snapshot
-
-
-@dataclass(frozen=True)
-class Revision:
-    """A new version ``version`` of the table ``object_id`` at ``location``, made on the
-    version ``pin`` registered."""
-
-    object_id: str
-    location: str
-    pin: Pin
-    version: int
 
 
 @dataclass(frozen=True)
@@ -39,7 +30,7 @@ class Registered:
 
 def register(
     ns: NamespaceState,
-    revisions: Sequence[Revision],
+    revisions: Sequence[TableVersion],
     summary: CommitSummary,
     made_at: int,
 ) -> Registered:
@@ -50,8 +41,10 @@ def register(
     committed: list[str] = []
     skipped: list[str] = []
 
-    def use(r: Revision) -> Use:
-        return Use(r.location, r.version, r.pin.read_version, made_at)
+    def use(r: TableVersion) -> Use:
+        used = r.use(made_at)
+        assert used is not None and r.object_id is not None
+        return used
 
     def plan(snap: ManifestSnapshot) -> ManifestEdit:
         committed.clear()
@@ -60,16 +53,17 @@ def register(
         edit = ManifestEdit(properties=summary.to_properties())
         retired = {u.location for u in conflicting(snap, [use(r) for r in revisions])}
         for r in revisions:
+            assert r.object_id is not None
             entry = current.get(r.object_id)
             if (
                 entry is None
                 or entry.location != r.location
-                or pin_of(entry) != r.pin
+                or pin_of(entry) != r.base
                 or r.location in retired
             ):
                 skipped.append(r.object_id)
                 continue
-            edit.upserts[r.object_id] = {"read_version": r.version}
+            pin_version(edit, r.object_id, r.version)
             edit.uses.append(use(r))
             committed.append(r.object_id)
         if not committed:

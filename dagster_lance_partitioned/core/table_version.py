@@ -140,12 +140,20 @@ def create(
     return ds
 
 
+def create_from(uri: str, op: Any, storage_options: dict[str, str] | None) -> lance.LanceDataset:
+    """A new table at ``uri`` made by ``op`` (an ``Overwrite`` of fragments written before,
+    e.g. by the workers of a distributed write)."""
+    ds: lance.LanceDataset = lance.LanceDataset.commit(uri, op, storage_options=storage_options)
+    return ds
+
+
 __all__ = [
     "Check",
     "appended",
     "commit",
     "commit_on",
     "create",
+    "create_from",
     "detached_copy",
     "is_detached",
     "open_version",

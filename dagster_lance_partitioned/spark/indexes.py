@@ -17,7 +17,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from ..core.errors import IndexBuildError
 from ..core.filters import FilterLike
 from ..core.namespace import PartitionedNamespace
-from ..core.revisions import Revision
+from ..core.registration import TableVersion
 from ..core.search import catalog
 from ..core.search.catalog import IndexCoverage, Reindex
 from .result import carried, package_error
@@ -61,7 +61,7 @@ def build_indexes(
 
 
 def _runner(spark: SparkSession, uri: str) -> catalog.Runner:
-    def run(job: Reindex) -> list[Revision]:
+    def run(job: Reindex) -> list[TableVersion]:
         if not job.tasks:
             return []
         count = len(job.tasks)

@@ -44,11 +44,11 @@ from ..core.errors import CommitConflictError, MergeKeyError, WriteError
 from ..core.filters import FilterLike
 from ..core.namespace import PartitionedNamespace
 from ..core.naming import NAMING_KEY, ensure_naming_key
+from ..core.registration import TableVersion
 from ..core.row_changes import (
     Counts,
     RowChangeResult,
     StaleChangeError,
-    TableOutcome,
     commit_outcomes,
     merge_options,
 )
@@ -197,7 +197,7 @@ def plan_job(state: NamespaceState, opts: MergeOptions) -> MergeJob:
 
 def run_job(
     df: DataFrame, job: MergeJob, check_keys: bool = False
-) -> tuple[list[TableOutcome], Counts]:
+) -> tuple[list[TableVersion], Counts]:
     """Run the merge's Spark job(s); the tables' outcomes and the rows counted (see the module
     doc). ``check_keys``: check the keys for duplicates first (another job)."""
     spark = df.sparkSession
@@ -256,11 +256,11 @@ def run_job(
     return gather(row["message"] for row in out.collect())
 
 
-def gather(payloads: Any) -> tuple[list[TableOutcome], Counts]:
+def gather(payloads: Any) -> tuple[list[TableVersion], Counts]:
     """The outcomes and the summed counts of the tasks' messages."""
     import pickle
 
-    outcomes: list[TableOutcome] = []
+    outcomes: list[TableVersion] = []
     total = Counts()
     for payload in payloads:
         if not payload:

@@ -16,7 +16,7 @@ its object id for tables of older specs.
   another partition) and the keys that moved out of it, and merges them into the table's
   pinned version as one detached Lance version (or creates the new partition's table) with
   the core's :class:`~dagster_lance_partitioned.core.row_changes.TableExecutor`, the task's
-  tables in threads. It returns one small message per table (a pickled :class:`TableOutcome`
+  tables in threads. It returns one small message per table (a pickled :class:`TableVersion`
   and counts); the driver commits them in one manifest commit."""
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from ..core.health import parallel_map
 from ..core.naming import derived_name, keyed_name
 from ..core.partitioner import SpecEvaluator
 from ..core.planning import ScanTask
+from ..core.registration import TableVersion
 from ..core.row_changes import (
     Counts,
     MergeOptions,
     TableEdit,
     TableExecutor,
-    TableOutcome,
     new_table_location,
 )
 from ..core.row_changes import keys as K
@@ -59,7 +59,7 @@ KIND = "__dlp_kind"  # 0: an input row, 1: a key to delete from the route's tabl
 ROUTE_COLUMNS = (ROUTE, AWAY, HOME, KIND)
 STORED_THREADS = 8  # tables whose keys one task reads concurrently
 
-Message = tuple[TableOutcome, Counts]
+Message = tuple[TableVersion, Counts]
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ class MergeJob:
             location = new_table_location(self.spec, key, self.name_of)
             version = executor.create(location, rows)
             counts = Counts(int((write & ~away).sum()), int((write & away).sum()))
-            return TableOutcome(None, None, version, rows.num_rows, key, location), counts
+            return TableVersion.new_table(key, location, version, rows.num_rows), counts
         change = TableEdit(on=tuple(on))
         moved = 0
         confined = self.confined
@@ -212,7 +212,7 @@ class MergeJob:
                 change.delete_keys.append(K.distinct(gone, on))
                 deleted = gone.num_rows
         applied = executor.apply(task, change, self.schema)
-        outcome = TableOutcome.applied(task, applied)
+        outcome = TableVersion.of_task(task, applied.version, applied.rows, applied.changed)
         return outcome, Counts(applied.inserted, applied.updated, deleted, moved)
 
 

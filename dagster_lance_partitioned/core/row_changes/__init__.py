@@ -25,7 +25,6 @@ from .change import Applied, RowChangeResult, TableEdit
 from .commit import (
     MAX_REDO,
     Counts,
-    TableOutcome,
     commit_outcomes,
     new_table_location,
 )
@@ -43,7 +42,6 @@ __all__ = [
     "StaleChangeError",
     "TableEdit",
     "TableExecutor",
-    "TableOutcome",
     "commit_outcomes",
     "delete_rows",
     "merge_options",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import pyarrow as pa
 
@@ -37,56 +36,17 @@ from ..manifest import (
 )
 from ..manifest_ops import ManifestEdit, NothingToCommit
 from ..naming import NamespaceNaming, ensure_naming_key
-from ..planning import ScanTask
+from ..registration import NameOf, TableVersion, add_table, pin_version
 from ..search.catalog import declared
 from ..spec import PartitionSpec
 from ..state import NamespaceState, load_snapshot
 from . import keys as K
-from .change import Applied, RowChangeResult
+from .change import RowChangeResult
 from .executor import TableExecutor
 from .plan import ChangePlan, Key
 
 # Re-plans in which a touched partition had moved, before giving up with CommitConflictError.
 MAX_REDO = 8
-
-NameOf = Callable[[Key], str]  # the name of a new partition namespace at a key prefix
-
-
-@dataclass(frozen=True)
-class TableOutcome:
-    """One partition table's part of a row-level change.
-
-    For a registered table: ``object_id``, its ``location``, the ``base_version`` the change
-    was made on, the new ``version`` and the ``rows`` it holds (0: deregister it); ``changed``
-    False leaves its pin alone. For a new partition of the current spec: ``key``, the
-    ``location`` its table was created at, its ``version`` and ``rows``."""
-
-    object_id: str | None
-    base_version: int | None
-    version: int
-    rows: int
-    key: Key | None = None
-    location: str | None = None
-    changed: bool = True
-
-    @classmethod
-    def applied(cls, task: ScanTask, done: Applied) -> TableOutcome:
-        """The outcome of a change ``done`` to ``task``'s table."""
-        return cls(
-            task.object_id,
-            task.read_version,
-            done.version,
-            done.rows,
-            location=task.location,
-            changed=done.changed,
-        )
-
-    def use(self, made_at: int) -> retire.Use | None:
-        """What registering this outcome depends on (see :mod:`..retire`), for a version made
-        on a manifest of retirement epoch ``made_at``; None: nothing to register."""
-        if self.location is None or not self.changed or self.rows == 0:
-            return None
-        return retire.Use(self.location, self.version, self.base_version, made_at)
 
 
 @dataclass
@@ -212,12 +172,12 @@ def _materialize(
         lambda it: executor.apply(it[0], it[1], p.schema), items, executor.threads
     )
     counts = Counts(p.inserted, p.updated, p.deleted, p.moved)
-    outcomes: list[TableOutcome] = []
+    outcomes: list[TableVersion] = []
     for (task, change), done in zip(items, applied, strict=True):
         if change.counted:
             counts.updated += done.updated
             counts.inserted += done.inserted
-        outcomes.append(TableOutcome.applied(task, done))
+        outcomes.append(TableVersion.of_task(task, done.version, done.rows, done.changed))
     write_schema = table_write_schema(p.schema)
     jobs: list[tuple[Key, str, pa.Table]] = []
     for key, parts in sorted(p.creates.items(), key=lambda kv: repr(kv[0])):
@@ -230,7 +190,7 @@ def _materialize(
         jobs.append((key, location, rows))
     made = parallel_map(lambda j: executor.create(j[1], j[2]), jobs, executor.threads)
     for (key, location, rows), version in zip(jobs, made, strict=True):
-        outcomes.append(TableOutcome(None, None, version, rows.num_rows, key, location))
+        outcomes.append(TableVersion.new_table(key, location, version, rows.num_rows))
     edit, result = manifest_edit(
         p.snap, p.spec, outcomes, p.deregister, state.name_of, operation, counts
     )
@@ -246,7 +206,7 @@ def _materialize(
 def manifest_edit(
     snap: ManifestSnapshot,
     spec: PartitionSpec,
-    outcomes: Iterable[TableOutcome],
+    outcomes: Iterable[TableVersion],
     deregister: Iterable[str],
     name_of: NameOf,
     operation: str,
@@ -258,14 +218,14 @@ def manifest_edit(
     changed: list[str] = []
     created: list[str] = []
     removed = set(deregister)
-    new: list[TableOutcome] = []
+    new: list[TableVersion] = []
     for out in outcomes:
         if out.object_id is None:
             new.append(out)
         elif out.rows == 0:
             removed.add(out.object_id)
         elif out.changed:
-            edit.upserts[out.object_id] = {"read_version": out.version}
+            pin_version(edit, out.object_id, out.version)
             changed.append(out.object_id)
     if new:
         edit.new_columns = partition_field_columns([spec])
@@ -275,14 +235,7 @@ def manifest_edit(
         ns_ids = dict(snap.find_namespaces(spec, prefixes))
         for out in sorted(new, key=lambda o: repr(o.key)):
             assert out.key is not None and out.location is not None
-            oid = _register_namespaces(spec, out.key, ns_ids, name_of, edit)
-            edit.upserts[oid] = {
-                "object_type": "table",
-                "location": out.location,
-                "metadata": "{}",
-                "read_version": out.version,
-                **{f.column: v for f, v in zip(spec.fields, out.key, strict=True)},
-            }
+            oid = add_table(edit, spec, out.key, out.location, out.version, ns_ids, name_of)
             created.append(oid)
     if removed:
         edit.deletes.update(removed)
@@ -301,33 +254,10 @@ def manifest_edit(
     return edit, result
 
 
-def _register_namespaces(
-    spec: PartitionSpec,
-    key: Key,
-    ns_ids: dict[tuple[int, Key], str],
-    name_of: NameOf,
-    edit: ManifestEdit,
-) -> str:
-    """Add the partition namespaces of a new partition ``key`` the manifest lacks to ``edit``;
-    the new table's object id."""
-    path = [spec.namespace]
-    row_values: dict[str, Any] = {}
-    for level, f in enumerate(spec.fields, start=1):
-        row_values[f.column] = key[level - 1]
-        prefix = key[:level]
-        known = ns_ids.get((spec.spec_id, prefix))
-        if known is None:
-            known = SEP.join([*path, name_of(prefix)])
-            edit.upserts[known] = {"object_type": "namespace", "metadata": "{}", **row_values}
-            ns_ids[(spec.spec_id, prefix)] = known
-        path = known.split(SEP)
-    return SEP.join([*path, TABLE_NAME])
-
-
 def commit_outcomes(
     ns: NamespaceState,
     base: ManifestSnapshot,
-    outcomes: list[TableOutcome],
+    outcomes: list[TableVersion],
     operation: str,
     counts: Counts,
     properties: Mapping[str, str],
@@ -374,7 +304,7 @@ def _check_unchanged(
     now: NamespaceState,
     spec: PartitionSpec,
     schema: pa.Schema,
-    outcomes: list[TableOutcome],
+    outcomes: list[TableVersion],
 ) -> None:
     """Raise :class:`StaleChangeError` when ``now`` (a later manifest version) changed what
     the outcomes were made on."""

@@ -31,6 +31,7 @@ from lance import LanceOperation
 from lance.fragment import FragmentMetadata, write_fragments
 
 from .. import arrow_json, retire, storage
+from .. import table_version as tv
 from ..concurrency import table_threads
 from ..conform import conform_for_write, same_layout, table_write_schema
 from ..errors import PartitionReadError, WriteError, is_storage_failure, storage_error
@@ -38,7 +39,6 @@ from ..planning import ScanTask
 from ..scan import iter_task_batches, lance_filter, open_table
 from ..search.build import index_version
 from ..search.declaration import IndexDeclaration
-from ..storage import DETACHED_BIT
 from ..write import MAX_ROWS_PER_FILE
 from . import keys as K
 from .change import Applied, TableEdit
@@ -350,14 +350,7 @@ class TableExecutor:
             return known[1]
         self.misses += 1
         uri = storage.table_uri(self.root, location)
-        ds = lance.write_dataset(
-            rows,
-            uri,
-            schema=rows.schema,
-            mode="create",
-            max_rows_per_file=MAX_ROWS_PER_FILE,
-            storage_options=self.opts,
-        )
+        ds = tv.create(uri, rows, rows.schema, self.opts, MAX_ROWS_PER_FILE)
         _recent.put((uri, ds.version, _options_key(self.opts)), ds)
         version = self._indexed(uri, int(ds.version), location)
         self._created[location] = (rows, version)
@@ -379,18 +372,15 @@ class TableExecutor:
         return fragments
 
     def _commit(self, uri: str, op: Any, base: int) -> lance.LanceDataset:
-        ds = lance.LanceDataset.commit(
-            uri, op, read_version=base, detached=True, storage_options=self.opts
-        )
+        return self._kept(uri, tv.commit(uri, op, base, self.opts))
+
+    def _kept(self, uri: str, ds: lance.LanceDataset) -> lance.LanceDataset:
         _recent.put((uri, ds.version, _options_key(self.opts)), ds)
         return ds
 
     def _detached(self, uri: str, ds: lance.LanceDataset) -> lance.LanceDataset:
         """A detached version with exactly ``ds``'s content."""
-        if ds.version >= DETACHED_BIT:
-            return ds
-        latest = lance.dataset(uri, storage_options=self.opts).version
-        return self._commit(uri, LanceOperation.Restore(ds.version), latest)
+        return self._kept(uri, tv.detached_copy(uri, ds, self.opts))
 
     def _commit_on(
         self,
@@ -401,28 +391,11 @@ class TableExecutor:
         new_fragments: int,
         rows: int,
     ) -> lance.LanceDataset:
-        """``op`` committed as a detached version on exactly ``ds``'s content.
-
-        Lance rebases a commit built on a main-line version onto later main-line versions
-        (versions no manifest registered, e.g. of a killed write). Such versions are rare, so
-        the commit is made directly and checked: when its fragments or row count are not the
-        ones ``op`` makes of ``ds`` (it was rebased) or it conflicted, it is made again on a
-        detached copy of ``ds`` (the first attempt stays an unregistered version)."""
-        if ds.version >= DETACHED_BIT:
-            return self._commit(uri, op, ds.version)
-        try:
-            new = self._commit(uri, op, ds.version)
-        except Exception as e:  # a conflict with a later main-line version
-            if not is_storage_failure(e) and "conflict" not in str(e).lower():
-                raise
-        else:
-            removed = set(removed_ids)
-            kept = [f.fragment_id for f in ds.get_fragments() if f.fragment_id not in removed]
-            got = [f.fragment_id for f in new.get_fragments()]
-            same = got[: len(kept)] == kept and len(got) == len(kept) + new_fragments
-            if same and new.count_rows() == rows:
-                return new
-        return self._commit(uri, op, self._detached(uri, ds).version)
+        """``op`` committed as a detached version on exactly ``ds``'s content, checked to
+        remove ``removed_ids``, add ``new_fragments`` and leave ``rows`` rows (see
+        :func:`..table_version.commit_on`)."""
+        check = tv.updated(ds, removed_ids, new_fragments, rows)
+        return self._kept(uri, tv.commit_on(uri, ds, op, self.opts, check))
 
 
 class _Recent:

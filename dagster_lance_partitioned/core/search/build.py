@@ -20,6 +20,7 @@ import pyarrow as pa
 from lance import LanceOperation
 from lance.dataset import Index
 
+from .. import table_version as tv
 from ..conform import column_sources
 from ..errors import IndexBuildError, clean_message
 from .declaration import IndexDeclaration, vector_dimension
@@ -105,11 +106,7 @@ def index_version(
     ``dataset``: the table already open at ``version``."""
     if not declared and not drop:
         return IndexedVersion(version)
-    ds = (
-        dataset
-        if dataset is not None
-        else lance.dataset(uri, version=version, storage_options=storage_options)
-    )
+    ds = dataset if dataset is not None else tv.open_version(uri, version, storage_options)
     _, indexes = describe(ds)
     new: list[Index] = []
     removed: list[Index] = []
@@ -144,12 +141,8 @@ def index_version(
     if not new and not removed:
         return IndexedVersion(version)
     try:
-        committed = lance.LanceDataset.commit(
-            ds,
-            LanceOperation.CreateIndex(new, removed),
-            read_version=ds.version,
-            detached=True,
-            storage_options=storage_options,
+        committed = tv.commit(
+            ds, LanceOperation.CreateIndex(new, removed), ds.version, storage_options
         )
     except (OSError, ValueError, RuntimeError) as e:
         raise IndexBuildError(

@@ -15,12 +15,13 @@ from ..commit_summary import WRITER_ID, CommitSummary, Operation
 from ..concurrency import table_threads
 from ..errors import IndexDeclarationError, IndexNotFoundError
 from ..filters import FilterLike
-from ..health import Pin, parallel_map
+from ..health import parallel_map
 from ..manifest import ManifestSnapshot
 from ..manifest_ops import ManifestEdit
 from ..planning import ScanTask
+from ..registration import TableVersion
 from ..retire import epoch
-from ..revisions import Registered, Revision, register
+from ..revisions import Registered, register
 from ..scan import open_table
 from ..state import HasState, NamespaceState, load_snapshot, state_of
 from .build import TableIndexState, index_version, table_state
@@ -106,7 +107,7 @@ class Reindex:
     fold: bool = False
     drop: tuple[str, ...] = ()
 
-    def one(self, task: ScanTask) -> Revision | None:
+    def one(self, task: ScanTask) -> TableVersion | None:
         """The new version of ``task``'s table (None: nothing to change)."""
         if task.read_branch is not None:
             return None  # branch-pinned tables are not written by this package
@@ -124,14 +125,13 @@ class Reindex:
         )
         if done.version == ds.version:
             return None
-        pin = Pin(task.read_version, task.read_branch, task.read_tag)
-        return Revision(task.object_id, task.location, pin, done.version)
+        return TableVersion.of_task(task, done.version)
 
 
-Runner = Callable[[Reindex], list[Revision]]
+Runner = Callable[[Reindex], list[TableVersion]]
 
 
-def run_in_threads(job: Reindex) -> list[Revision]:
+def run_in_threads(job: Reindex) -> list[TableVersion]:
     """``job`` in this process, a few tables at a time."""
     if not job.tasks:
         return []
@@ -147,7 +147,7 @@ def _reindex(
     fold: bool = False,
     drop: Sequence[str] = (),
     runner: Runner | None = None,
-) -> list[Revision]:
+) -> list[TableVersion]:
     """New versions of the tables of ``tasks`` carrying ``decls`` (see ``index_version``), for
     the tables where anything changed."""
     job = Reindex(

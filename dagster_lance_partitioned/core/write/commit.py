@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import lance
 import pyarrow as pa
@@ -23,8 +23,6 @@ from ..commit_summary import WRITER_ID as WRITER_ID  # re-exported by .write
 from ..commit_summary import CommitSummary, Operation
 from ..errors import CommitConflictError
 from ..manifest import (
-    SEP,
-    TABLE_NAME,
     ManifestSnapshot,
     ManifestStore,
     TableEntry,
@@ -32,6 +30,7 @@ from ..manifest import (
     partition_field_columns,
 )
 from ..manifest_ops import ManifestEdit
+from ..registration import add_table, pin_version, table_object_id
 from ..spec import PartitionSpec
 from .mode import WriteMode
 from .pending import BaseIndex, Key, PendingPartition
@@ -211,10 +210,7 @@ class WriteCommit(ABC):
         self, pending: PendingPartition, target: TableEntry, version: int, attempt: Attempt
     ) -> PartitionWrite:
         """Register ``version`` of the registered table ``target`` for ``pending``."""
-        attempt.edit.upserts[target.object_id] = {
-            "read_version": version,
-            "location": target.location,
-        }
+        pin_version(attempt.edit, target.object_id, version, target.location)
         return PartitionWrite(
             target.object_id,
             target.location,
@@ -231,31 +227,19 @@ class WriteCommit(ABC):
     ) -> PartitionWrite:
         """Register namespaces and a table for a partition the latest manifest does not have
         (``copy``: our rows must move out of the table they were committed to)."""
-        edit, namespaces = attempt.edit, attempt.namespaces
-        path = [self.spec.namespace]
-        row_values: dict[str, Any] = {}
-        for level, f in enumerate(self.spec.fields, start=1):
-            row_values[f.column] = pending.key[level - 1]
-            prefix = pending.key[:level]
-            known = namespaces.get((self.spec.spec_id, prefix))
-            if known is None:
-                known = SEP.join([*path, pending.path[level]])
-                edit.upserts[known] = {"object_type": "namespace", "metadata": "{}", **row_values}
-                namespaces[(self.spec.spec_id, prefix)] = known
-            path = known.split(SEP)
-        oid = SEP.join([*path, TABLE_NAME])
+
+        def name_of(prefix: Key) -> str:
+            return pending.path[len(prefix)]
+
+        oid = table_object_id(self.spec, pending.key, attempt.namespaces, name_of)
         location, version = pending.location, pending.version
         if copy or oid != pending.object_id:
             # the rows must live in a table directory named after the registered object id
             location, version = self.tables.relocated(pending, oid)
         assert version is not None
-        edit.upserts[oid] = {
-            "object_type": "table",
-            "location": location,
-            "metadata": "{}",
-            "read_version": version,
-            **row_values,
-        }
+        add_table(
+            attempt.edit, self.spec, pending.key, location, version, attempt.namespaces, name_of
+        )
         return PartitionWrite(
             oid,
             location,

@@ -22,12 +22,12 @@ from lance.fragment import FragmentMetadata, write_fragments
 from lance.schema import LanceSchema
 
 from .. import storage
+from .. import table_version as tv
 from ..concurrency import LOCAL_TABLE_THREADS
 from ..conform import append_layout, column_sources, conform_to, same_layout
 from ..manifest import ManifestStore, TableEntry, table_location
 from ..partition_constants import fill_constants, identity_constants
 from ..spec import PartitionSpec
-from ..storage import DETACHED_BIT
 from .pending import Key, PendingPartition
 
 MAX_ROWS_PER_FILE = 1024 * 1024
@@ -58,13 +58,7 @@ class TableWriter:
         key = (uri, version)
         ds = self._datasets.get(key)
         if ds is None:
-            ds = lance.dataset(
-                uri,
-                version=version,
-                storage_options=self.store.storage_options,
-                session=storage.lance_session(),
-            )
-            self._datasets[key] = ds
+            ds = self._datasets[key] = tv.open_version(uri, version, self.store.storage_options)
         return ds
 
     def uri(self, pending: PendingPartition) -> str:
@@ -145,25 +139,16 @@ class TableWriter:
         storage.check_ref_name(entry.read_tag, entry.object_id, "read_tag")
         if entry.read_version is not None:
             return int(entry.read_version)
-        version: int | str | None = entry.read_tag
-        ds = lance.dataset(
-            uri,
-            version=version,
-            storage_options=self.store.storage_options,
-            session=storage.lance_session(),
-        )
-        return ds.version
+        return int(tv.open_version(uri, entry.read_tag, self.store.storage_options).version)
 
     def create(self, pending: PendingPartition, table: pa.Table) -> None:
         """Create ``pending``'s new table holding all of its rows (``table``) in one call."""
-        ds = lance.write_dataset(
-            table,
+        ds = tv.create(
             self.uri(pending),
-            schema=self.write_schema,
-            mode="create",
-            max_rows_per_file=MAX_ROWS_PER_FILE,
-            storage_options=self.store.storage_options,
-            session=storage.lance_session(),
+            table,
+            self.write_schema,
+            self.store.storage_options,
+            MAX_ROWS_PER_FILE,
         )
         pending.record_written(frag.metadata for frag in ds.get_fragments())
         pending.version = ds.version
@@ -180,15 +165,12 @@ class TableWriter:
         opts = self.store.storage_options
         if onto is None:
             op = LanceOperation.Overwrite(self.write_schema, pending.fragments)
-            return lance.LanceDataset.commit(uri, op, storage_options=opts).version
+            return int(tv.create_from(uri, op, opts).version)
         base = self.base_version(onto)
         if not replace:
             return self.append_into(pending, uri, base)
         op = LanceOperation.Overwrite(self.write_schema, pending.fragments)
-        ds = lance.LanceDataset.commit(
-            self.dataset(uri, base), op, read_version=base, detached=True, storage_options=opts
-        )
-        return ds.version
+        return int(tv.commit(self.dataset(uri, base), op, base, opts).version)
 
     def detached_base(self, uri: str, base: int) -> int:
         """A detached version with exactly ``base``'s content.
@@ -196,18 +178,11 @@ class TableWriter:
         Lance rebases a commit onto later versions of the main line, which may hold data no
         manifest registered; a detached base has no later versions, so an append lands on
         exactly the registered content."""
-        if base >= DETACHED_BIT:
+        if tv.is_detached(base):
             return base
-        opts = self.store.storage_options
-        latest = lance.dataset(uri, storage_options=opts, session=storage.lance_session()).version
-        restored = lance.LanceDataset.commit(
-            uri,
-            LanceOperation.Restore(base),
-            read_version=latest,
-            detached=True,
-            storage_options=opts,
+        return int(
+            tv.detached_copy(uri, self.dataset(uri, base), self.store.storage_options).version
         )
-        return restored.version
 
     def append_into(self, pending: PendingPartition, uri: str, base: int) -> int:
         """Append ``pending``'s rows to the table at version ``base``; return the new detached
@@ -244,25 +219,12 @@ class TableWriter:
     def _append(self, ds: lance.LanceDataset, fragments: list[FragmentMetadata], uri: str) -> int:
         """A detached version of exactly ``ds``'s content plus ``fragments``.
 
-        Committed through the open handle, Lance builds on the handle's version (no listing,
-        no re-read); through a URI it would rebase onto the latest main-line version, which
-        may hold data no manifest registered. Should the result hold other fragments than
-        ``ds``'s and ours, it is made again on a detached copy of ``ds`` (see
-        :meth:`detached_base`)."""
-        opts = self.store.storage_options
+        Committed through the open handle (no listing, no re-read), and made again on a
+        detached copy of ``ds`` should the result hold other fragments than ``ds``'s and ours
+        (see :func:`..table_version.commit_on`)."""
         op = LanceOperation.Append(fragments)
-        new = lance.LanceDataset.commit(
-            ds, op, read_version=ds.version, detached=True, storage_options=opts
-        )
-        before = {f.fragment_id for f in ds.get_fragments()}
-        after = {f.fragment_id for f in new.get_fragments()}
-        if before <= after and len(after) == len(before) + len(fragments):
-            return int(new.version)
-        base = self.detached_base(uri, ds.version)
-        new = lance.LanceDataset.commit(
-            self.dataset(uri, base), op, read_version=base, detached=True, storage_options=opts
-        )
-        return int(new.version)
+        check = tv.appended(ds, len(fragments))
+        return int(tv.commit_on(uri, ds, op, self.store.storage_options, check).version)
 
     def _rewrite_with(
         self,
@@ -288,14 +250,7 @@ class TableWriter:
         reader = pa.RecordBatchReader.from_batches(layout, batches())
         carried = self.write_layout(reader, uri, layout, ds.data_storage_version)
         op = LanceOperation.Overwrite(layout, [*carried, *fragments])
-        new = lance.LanceDataset.commit(
-            uri,
-            op,
-            read_version=ds.version,
-            detached=True,
-            storage_options=self.store.storage_options,
-        )
-        return new.version
+        return int(tv.commit(uri, op, ds.version, self.store.storage_options).version)
 
     # -- moving rows for a rebase ---------------------------------------------------------------
     def our_rows(self, pending: PendingPartition, shape: pa.Schema) -> pa.Table:
@@ -309,18 +264,12 @@ class TableWriter:
         opts = self.store.storage_options
         if pending.existing is None:
             assert pending.version is not None
-            return lance.dataset(
-                self.uri(pending),
-                version=pending.version,
-                storage_options=opts,
-                session=storage.lance_session(),
-            ).to_table()
-        only_ours = lance.LanceDataset.commit(
+            return tv.open_version(self.uri(pending), pending.version, opts).to_table()
+        only_ours = tv.commit(
             self.uri(pending),
             LanceOperation.Overwrite(pending.layout or self.write_schema, pending.fragments),
-            read_version=self.base_version(pending.existing),
-            detached=True,
-            storage_options=opts,
+            self.base_version(pending.existing),
+            opts,
         )
         return only_ours.to_table()
 
@@ -331,12 +280,12 @@ class TableWriter:
         if cached is None:
             location = table_location(oid)
             uri = storage.table_uri(self.store.root, location, oid)
-            ds = lance.write_dataset(
-                self.our_rows(pending, self.write_schema),
+            ds = tv.create(
                 uri,
-                schema=self.write_schema,
-                storage_options=self.store.storage_options,
-                session=storage.lance_session(),
+                self.our_rows(pending, self.write_schema),
+                self.write_schema,
+                self.store.storage_options,
+                MAX_ROWS_PER_FILE,
             )
             cached = self._relocations[(pending.key, oid)] = (location, ds.version)
         return cached
@@ -409,13 +358,9 @@ def _project(
             if not {i for i in data_file.fields if i >= 0} <= known:
                 return None  # a file still holds a dropped field the new columns would take
     try:
-        new = lance.LanceDataset.commit(
-            uri,
-            LanceOperation.Project(LanceSchema.from_pyarrow(layout)),
-            read_version=ds.version,
-            detached=True,
-            storage_options=opts,
+        new = tv.commit(
+            uri, LanceOperation.Project(LanceSchema.from_pyarrow(layout)), ds.version, opts
         )
     except (OSError, ValueError):
         return None
-    return new.version
+    return int(new.version)
