@@ -31,10 +31,10 @@ from lance import LanceOperation
 from lance.fragment import write_fragments
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.manifest import random_name
+from dagster_lance_partitioned.core.manifest.store import random_name
 
 try:
-    from dagster_lance_partitioned.core.manifest_ops import upkeep
+    from dagster_lance_partitioned.core.manifest.edit import upkeep
 except ImportError:  # before row-level commits (baseline runs of older commits)
 
     def upkeep(ds: lance.LanceDataset) -> lance.LanceDataset:

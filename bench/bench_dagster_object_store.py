@@ -176,7 +176,8 @@ def stored_rows(system: str, root: str, endpoint: str) -> int:
 def clear_caches() -> None:
     """Drop this package's process caches (tables and manifest versions read, the Lance
     session of writes): every run starts cold."""
-    from dagster_lance_partitioned.core import scan, storage
+    from dagster_lance_partitioned.core import storage
+    from dagster_lance_partitioned.core.read import scan
 
     scan.clear_caches()
     storage.clear_lance_session()

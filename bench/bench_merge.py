@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.row_changes import commit as row_commit
+from dagster_lance_partitioned.core.concurrency import CONCURRENCY_ENV
 
 COUNTRIES = ["US", "FR", "DE", "JP", "BR", "IN", "GB", "CA"]
 DAY0 = np.datetime64("2025-11-01")
@@ -212,11 +212,14 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--fraction", type=float, default=0.01)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=row_commit.TABLE_THREADS)
+    parser.add_argument(
+        "--threads", type=int, default=None, help=f"tables at once (sets {CONCURRENCY_ENV})"
+    )
     parser.add_argument("--spark", metavar="MASTER", default=None)
     parser.add_argument("--touch", type=int, default=240, help="partitions the inputs touch")
     args = parser.parse_args()
-    row_commit.TABLE_THREADS = args.threads
+    if args.threads is not None:
+        os.environ[CONCURRENCY_ENV] = str(args.threads)
     work = tempfile.mkdtemp(prefix="dlp-bench-merge-")
     try:
         base = make_rows(np.arange(args.rows), np.random.default_rng(7))

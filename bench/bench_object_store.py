@@ -220,7 +220,8 @@ class Ours(System):
 
     def clear_caches(self) -> None:
         # what the process keeps of what it read (tables at pinned versions, manifest versions)
-        from dagster_lance_partitioned.core import scan, storage
+        from dagster_lance_partitioned.core import storage
+        from dagster_lance_partitioned.core.read import scan
 
         scan.clear_caches()
         storage.clear_lance_session()  # and the manifests the write session kept

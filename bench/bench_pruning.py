@@ -23,10 +23,10 @@ import numpy as np
 import pyarrow as pa
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import manifest_ops
-from dagster_lance_partitioned.core.manifest import ManifestSnapshot, ManifestStore
-from dagster_lance_partitioned.core.manifest_ops import ManifestEdit, build_transaction
-from dagster_lance_partitioned.core.spec import specs_from_metadata
+from dagster_lance_partitioned.core.manifest import edit as manifest_ops
+from dagster_lance_partitioned.core.manifest.edit import ManifestEdit, build_transaction
+from dagster_lance_partitioned.core.manifest.store import ManifestSnapshot, ManifestStore
+from dagster_lance_partitioned.core.spec.partition_spec import specs_from_metadata
 
 SCHEMA = pa.schema(
     [("id", pa.int64()), ("country", pa.utf8()), ("day", pa.date32()), ("value", pa.float64())]

@@ -96,7 +96,14 @@ from dagster_lance_partitioned import (  # noqa: E402
     PartitionField,
 )
 from dagster_lance_partitioned.core.errors import clean_message  # noqa: E402
-from dagster_lance_partitioned.core.health import check_read_versions, find_orphans  # noqa: E402
+
+try:
+    from dagster_lance_partitioned.core.ops.health import check_read_versions, find_orphans
+except ImportError:  # --at a commit from before core/ was grouped into subpackages
+    from dagster_lance_partitioned.core.health import (
+        check_read_versions,
+        find_orphans,
+    )
 
 SCHEMA = pa.schema(
     [
@@ -250,7 +257,10 @@ def _child_kill(cfg: dict) -> None:
             return next((h for s, h in self._hooks if getattr(s, "root", None) == root), None)
 
     if cfg["mode"].startswith("tx_"):  # (imported here: --at a commit before transactions)
-        from dagster_lance_partitioned.core.changes import ChangesFirstStore
+        try:
+            from dagster_lance_partitioned.core.manifest.changes import ChangesFirstStore
+        except ImportError:  # --at a commit from before core/ was grouped into subpackages
+            from dagster_lance_partitioned.core.changes import ChangesFirstStore
 
         commit_changes = ChangesFirstStore.commit_changes
 

@@ -42,12 +42,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from bench_core import COUNTRIES
+from helpers.spark import StandaloneCluster, free_port
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from spark_fixtures import StandaloneCluster, free_port
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.manifest import ManifestStore
+from dagster_lance_partitioned.core.manifest.store import ManifestStore
 from dagster_lance_partitioned.spark import FORMAT, register, write_dataframe
 from dagster_lance_partitioned.spark.result import Summary
 from dagster_lance_partitioned.spark.types import arrow_schema

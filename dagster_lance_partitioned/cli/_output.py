@@ -14,11 +14,10 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
-from ..core.errors import clean_message
+from ..core.read.filters import error_text as error_text  # re-exported: the CLI's messages
+from ..core.read.filters import first_line as first_line
 
 PROG = "lance-partitioned"
-# the name of the table core.filters parses filters over, which DataFusion puts in its messages
-_FILTER_TABLE = "__dlp_filter."
 
 
 def to_json_value(value: Any) -> Any:
@@ -149,18 +148,6 @@ class Text:
 
 
 # -- errors -----------------------------------------------------------------------------------
-def error_text(error: BaseException | str) -> str:
-    """An error's message as the CLI shows it: without Lance's Rust source locations or the
-    name of the internal table filters are parsed over."""
-    text = clean_message(error).replace(_FILTER_TABLE, "")
-    return text or (type(error).__name__ if isinstance(error, BaseException) else "")
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of an error's cleaned message."""
-    return (error_text(error).splitlines() or [type(error).__name__])[0]
-
-
 def report(message: BaseException | str) -> None:
     """Write ``lance-partitioned: error: <message>`` on stderr (cleaned, see error_text)."""
     sys.stderr.write(f"{PROG}: error: {error_text(message)}\n")

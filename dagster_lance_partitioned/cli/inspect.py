@@ -12,20 +12,20 @@ from typing import Any, TextIO, cast
 
 import pyarrow as pa
 
-from ..core import history, storage
-from ..core.commit_summary import (
+from ..core import storage
+from ..core.concurrency import parallel_map
+from ..core.errors import (
+    PartitionedNamespaceError,
+    is_storage_failure,
+)
+from ..core.manifest.commit_summary import (
     PROP_DAGSTER_ASSET_KEY,
     PROP_DAGSTER_RUN_ID,
     PROP_SOURCE,
     CommitSummary,
     Operation,
 )
-from ..core.errors import (
-    PartitionedNamespaceError,
-    is_storage_failure,
-)
-from ..core.health import parallel_map
-from ..core.manifest import (
+from ..core.manifest.store import (
     LEGACY_WRITER_FLAG_BIT,
     WRITER_FLAG_BIT,
     WRITER_FLAG_KEY,
@@ -33,10 +33,13 @@ from ..core.manifest import (
     parse_writer_flags,
 )
 from ..core.namespace import PartitionedNamespace
-from ..core.planning import ScanTask
-from ..core.scan import open_table
+from ..core.ops import history
+from ..core.read.field_filters import resolve_filter
+from ..core.read.planning import ScanTask
+from ..core.read.scan import open_table
+from ..core.spec.describe import field_summary, source_labels, transform_text
 from ._args import AddCommand, Options, column_list, non_negative_int, open_ns
-from ._fields import field_summary, resolve_filter, source_labels, spec_doc, transform_text
+from ._fields import spec_doc
 from ._output import Text, is_numeric, plural, size_text, to_json_value, write_json
 from ._walk import DEFAULT_LS_DEPTH, find_namespaces
 

@@ -9,8 +9,9 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ..core.health import ORPHAN_GRACE
 from ..core.namespace import PartitionedNamespace
+from ..core.ops.health import ORPHAN_GRACE
+from ..core.read.field_filters import resolve_filter
 from ._args import (
     EXIT_ERROR,
     EXIT_OK,
@@ -21,7 +22,6 @@ from ._args import (
     open_ns,
     positive_int,
 )
-from ._fields import resolve_filter
 from ._output import Text, error_text, plural, size_text, write_json
 
 

@@ -1,7 +1,5 @@
 """The engine-agnostic core: the partitioned-namespace format (pyarrow, pylance, datafusion)."""
 
-from .changes import Changes
-from .commit_summary import CommitSummary, Operation
 from .errors import (
     CommitConflictError,
     ConditionalPutUnsupportedError,
@@ -40,25 +38,27 @@ from .errors import (
     VersionGoneError,
     WriteError,
 )
-from .health import IntegrityIssue, Orphan, SchemaIssue, UncommittedVersion, VersionIssue
-from .history import Commit, TableChange
-from .maintenance import (
+from .manifest.changes import Changes
+from .manifest.commit_summary import CommitSummary, Operation
+from .manifest.state import NamespaceState
+from .namespace import PartitionedNamespace
+from .ops.groups import Inspect, Maintenance
+from .ops.health import IntegrityIssue, Orphan, SchemaIssue, UncommittedVersion, VersionIssue
+from .ops.history import Commit, TableChange
+from .ops.maintenance import (
     CleanupResult,
     CompactResult,
     DroppedPartition,
     DropResult,
     VacuumResult,
 )
-from .namespace import PartitionedNamespace
-from .operations import Inspect, Maintenance
-from .planning import ScanPlan, ScanTask
-from .pruning import SpecPruning
+from .read.planning import ScanPlan, ScanTask
+from .read.pruning import SpecPruning
 from .row_changes.change import RowChangeResult
 from .search.catalog import IndexCoverage, IndexResult
-from .spec import PartitionField, PartitionSpec, SpecField
-from .state import NamespaceState
+from .spec.partition_spec import PartitionField, PartitionSpec, SpecField
+from .spec.windows import TimeWindow
 from .transaction import Transaction, TransactionResult
-from .windows import TimeWindow
 from .write import PartitionWrite, WriteMode, WriteResult
 
 __all__ = [

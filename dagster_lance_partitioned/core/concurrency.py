@@ -2,17 +2,25 @@
 
 On local disk a table's work is CPU-bound, so a few threads suffice; on an object store it is
 latency-bound (each request waits tens of milliseconds), so dozens of tables are in flight at
-once. ``DLP_TABLE_CONCURRENCY`` (environment) sets the number for every store."""
+once. ``DLP_TABLE_CONCURRENCY`` (environment) sets the number for every store.
+:func:`parallel_map` runs one function over tables (or manifest versions) a few at a time."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from .storage import local_path
 
 LOCAL_TABLE_THREADS = 8
 REMOTE_TABLE_THREADS = 32
 CONCURRENCY_ENV = "DLP_TABLE_CONCURRENCY"
+INSPECT_THREADS = 8  # partition tables / manifest versions read concurrently
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def table_threads(root: str) -> int:
@@ -26,3 +34,13 @@ def table_threads(root: str) -> int:
                 f"{CONCURRENCY_ENV}={configured!r}: expected a positive integer"
             ) from None
     return LOCAL_TABLE_THREADS if local_path(root) is not None else REMOTE_TABLE_THREADS
+
+
+def parallel_map(
+    fn: Callable[[T], R], items: Sequence[T], threads: int = INSPECT_THREADS
+) -> list[R]:
+    """``[fn(x) for x in items]``, a few at a time, in order."""
+    if len(items) <= 1 or threads <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+        return list(pool.map(fn, items))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from . import arrow_json, storage
+from . import storage
 from .boundary import storage_boundary
 from .errors import (
     ManifestError,
@@ -18,8 +18,9 @@ from .errors import (
     NamespaceNotFoundError,
     PartitionedNamespaceError,
 )
-from .filters import FilterLike
-from .manifest import (
+from .manifest.naming import NAMING_KEY, ensure_naming_key, new_naming_key
+from .manifest.state import NamespaceState, load_snapshot
+from .manifest.store import (
     SCHEMA_KEY,
     SEP,
     WRITER_FLAG_KEY,
@@ -29,15 +30,15 @@ from .manifest import (
     base_manifest_schema,
     partition_field_columns,
 )
-from .naming import NAMING_KEY, ensure_naming_key, new_naming_key
-from .ns_schema import check_columns
-from .ns_schema import snapshot_schema as snapshot_schema  # re-exported
-from .operations import Inspect, Maintenance
-from .partitioner import SpecEvaluator
-from .planning import ScanPlan
-from .scan import TABLE_BATCH_ROWS, count_plan_rows, scan_reader
-from .spec import PartitionField, PartitionSpec, SpecField, resolve_fields
-from .state import NamespaceState, load_snapshot
+from .ops.groups import Inspect, Maintenance
+from .read.filters import FilterLike
+from .read.planning import ScanPlan
+from .read.scan import TABLE_BATCH_ROWS, count_plan_rows, scan_reader
+from .schema import arrow_json
+from .schema.namespace_schema import check_columns
+from .schema.namespace_schema import snapshot_schema as snapshot_schema  # re-exported
+from .spec.partition_spec import PartitionField, PartitionSpec, SpecField, resolve_fields
+from .spec.partitioner import SpecEvaluator
 from .write import PartitionWriter, WriteMode, WriteResult
 
 if TYPE_CHECKING:
@@ -282,7 +283,7 @@ class PartitionedNamespace:
 
         ``concurrency``: how many partition tables are opened and read at once (default: a
         few on local disk, dozens on object stores, or ``DLP_SCAN_CONCURRENCY``; see
-        :func:`.scan.scan_concurrency`)."""
+        :func:`.read.scan.scan_concurrency`)."""
         plan = self.plan_scan(filter)
         return scan_reader(
             plan, self.schema_with_ids, columns, self.storage_options, batch_size, concurrency
@@ -320,8 +321,8 @@ class PartitionedNamespace:
         self._state.require_unpinned("change its partition spec")
         if any(s.draft for s in self.specs):
             self.upgrade()  # field ids and manifest columns follow the current shape first
-        from .changes import commit_steps
-        from .evolution import update_spec_step
+        from .manifest.changes import commit_steps
+        from .schema.evolution import update_spec_step
 
         return self._after(
             commit_steps(self._state.store, [update_spec_step(partition_fields)]).version
@@ -341,40 +342,40 @@ class PartitionedNamespace:
 
         return Transaction(self._state)
 
-    # -- schema evolution (core/evolution.py) -------------------------------------------------
+    # -- schema evolution (core/schema/evolution.py) ------------------------------------------
     @storage_boundary("adding columns")
     def add_columns(self, fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> int:
         """Add nullable columns with new field ids; returns the manifest version."""
-        from .evolution import add_columns
+        from .schema.evolution import add_columns
 
         return self._after(add_columns(self, fields))
 
     @storage_boundary("renaming a column")
     def rename_column(self, old: str, new: str) -> int:
         """Rename a column (its field id is kept); returns the manifest version."""
-        from .evolution import rename_column
+        from .schema.evolution import rename_column
 
         return self._after(rename_column(self, old, new))
 
     @storage_boundary("dropping a column")
     def drop_column(self, name: str) -> int:
         """Drop a column not used by the current spec; returns the manifest version."""
-        from .evolution import drop_column
+        from .schema.evolution import drop_column
 
         return self._after(drop_column(self, name))
 
     @storage_boundary("promoting a column")
     def promote_column(self, name: str, wider_type: pa.DataType) -> int:
         """Widen a column's type (e.g. int32 -> int64); returns the manifest version."""
-        from .evolution import promote_column
+        from .schema.evolution import promote_column
 
         return self._after(promote_column(self, name, wider_type))
 
-    # -- compatibility (core/compat.py, core/hive.py) ------------------------------------------
+    # -- compatibility (core/ops/compat.py, core/ops/hive.py) ----------------------------------
     @storage_boundary("upgrading the namespace")
     def upgrade(self) -> int:
         """Rewrite draft-shaped metadata in the current shape; returns the manifest version."""
-        from .compat import upgrade
+        from .ops.compat import upgrade
 
         return self._after(upgrade(self))
 
@@ -389,7 +390,7 @@ class PartitionedNamespace:
     ) -> PartitionedNamespace:
         """Register an existing ``key=value/.../name.lance`` tree of Lance tables under ``uri``
         as a partitioned namespace, without copying data."""
-        from .hive import import_hive
+        from .ops.hive import import_hive
 
         root = import_hive(uri, types=types, storage_options=storage_options)
         return cls.open(root, storage_options)

@@ -32,7 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from .changes import (
+from .errors import (
+    CommitConflictError,
+    PartitionedNamespaceError,
+    SpecError,
+    TransactionError,
+)
+from .manifest.changes import (
     TRANSACTION_PROPERTY,
     ChangedState,
     Changes,
@@ -40,24 +46,18 @@ from .changes import (
     MetadataStep,
     commit_steps,
 )
-from .errors import (
-    CommitConflictError,
-    PartitionedNamespaceError,
-    SpecError,
-    TransactionError,
-)
-from .evolution import (
+from .manifest.naming import ensure_naming_key
+from .manifest.state import NamespaceState
+from .read.filters import FilterLike
+from .schema.evolution import (
     add_columns_step,
     drop_column_step,
     promote_column_step,
     rename_column_step,
     update_spec_step,
 )
-from .filters import FilterLike
-from .naming import ensure_naming_key
-from .ns_schema import full_schema, live_schema
-from .spec import PartitionField, PartitionSpec, SpecField, specs_from_metadata
-from .state import NamespaceState
+from .schema.namespace_schema import full_schema, live_schema
+from .spec.partition_spec import PartitionField, PartitionSpec, SpecField, specs_from_metadata
 from .write import PartitionWriter, WriteMode, WriteResult
 
 if TYPE_CHECKING:

@@ -14,10 +14,10 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 )
 from dagster._utils.warnings import disable_dagster_warnings
 
-from ..core import health
-from ..core.manifest import ManifestSnapshot, TableEntry
+from ..core.manifest.state import NamespaceState
+from ..core.manifest.store import ManifestSnapshot, TableEntry
 from ..core.namespace import PartitionedNamespace
-from ..core.state import NamespaceState
+from ..core.ops import health
 from .indexes import COVERAGE_COLUMNS, UnindexedBound
 from .metadata_keys import INDEXES, MANIFEST_VERSION
 from .watched import Lake, WatchedAsset, watched_assets

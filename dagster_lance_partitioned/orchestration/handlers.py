@@ -19,10 +19,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
-from ..core.filters import FilterLike
 from ..core.namespace import PartitionedNamespace
 from ..core.row_changes import RowChangeResult
-from ..core.spec import PartitionSpec
+from ..core.spec.partition_spec import PartitionSpec
 from ..core.transaction import Transaction
 from ..core.write import WriteMode, WriteResult
 from .errors import UnsupportedTypeError
@@ -72,29 +71,10 @@ class InTransaction:
             data, mode, commit_properties=commit_properties, partitions=partitions
         )
 
-    def merge_insert(
-        self,
-        data: Any,
-        on: str | Sequence[str],
-        *,
-        when_matched: str = "update",
-        when_not_matched: str = "insert",
-        when_not_matched_by_source: str = "keep",
-        scope: FilterLike = None,
-        commit_properties: dict[str, str] | None = None,
-        confine: FilterLike = None,
-    ) -> None:
-        """``PartitionedNamespace.merge_insert``, in the transaction."""
-        self.transaction.merge_insert(
-            data,
-            on,
-            when_matched=when_matched,
-            when_not_matched=when_not_matched,
-            when_not_matched_by_source=when_not_matched_by_source,
-            scope=scope,
-            commit_properties=commit_properties,
-            confine=confine,
-        )
+    def merge_insert(self, data: Any, on: str | Sequence[str], **options: Any) -> None:
+        """``PartitionedNamespace.merge_insert`` (the same keyword options), in the
+        transaction."""
+        self.transaction.merge_insert(data, on, **options)
 
 
 WriteTarget = PartitionedNamespace | InTransaction

@@ -26,14 +26,14 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from ..core.arrow_json import normalize_schema
 from ..core.errors import IndexBuildError, IndexDeclarationError
+from ..core.manifest.state import state_of
 from ..core.namespace import PartitionedNamespace
-from ..core.planning import ScanTask
+from ..core.read.planning import ScanTask
+from ..core.schema.arrow_json import normalize_schema
 from ..core.search.build import TableIndexState
 from ..core.search.catalog import IndexCoverage, declared, summarize, table_states
 from ..core.search.declaration import IndexDeclaration, canonical_type, declare
-from ..core.state import state_of
 from .errors import IndexDeclarationConflictError, IndexMetadataError
 from .metadata_keys import INDEX_PARTITIONS_NEEDING, INDEX_UNINDEXED_ROWS, INDEXES, scoped
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 from dagster._core.definitions.partitions.subset import DefaultPartitionsSubset
 from pydantic import Field
 
-from ..core.arrow_json import normalize_schema, normalize_type
+from ..core.concurrency import parallel_map
 from ..core.errors import (
     CommitConflictError,
     NamespaceNotFoundError,
@@ -31,14 +31,14 @@ from ..core.errors import (
     WriteError,
     clean_message,
 )
-from ..core.evolution import is_widening
-from ..core.health import parallel_map
 from ..core.namespace import PartitionedNamespace
-from ..core.partition_by import parse_partition_by
+from ..core.read.scan import open_table
 from ..core.row_changes import RowChangeResult
 from ..core.row_changes.merge import MergeOptions
-from ..core.scan import open_table
-from ..core.spec import PartitionField, resolve_fields
+from ..core.schema.arrow_json import normalize_schema, normalize_type
+from ..core.schema.evolution import is_widening
+from ..core.spec.partition_by import parse_partition_by
+from ..core.spec.partition_spec import PartitionField, resolve_fields
 from ..core.transaction import Transaction
 from ..core.write import WriteResult, check_mode
 from .errors import (

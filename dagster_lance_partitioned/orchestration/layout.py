@@ -14,9 +14,9 @@ import pyarrow as pa
 from dagster._core.definitions.partitions.schedule_type import ScheduleType
 
 from ..core.errors import PartitionedNamespaceError, SpecError
-from ..core.filters import quote_ident, sql_literal
-from ..core.spec import PartitionField
-from ..core.windows import TimeWindow, window_values
+from ..core.read.filters import quote_ident, sql_literal
+from ..core.spec.partition_spec import PartitionField
+from ..core.spec.windows import TimeWindow, as_source, is_zoned, window_values
 from .errors import PartitionLayoutError
 
 _UNITS = {
@@ -96,7 +96,7 @@ class Dimension:
                         f"{self.column!r} ({source})"
                     ) from None
             return out
-        starts = [_as_source(self._window(k).start, source) for k in keys]
+        starts = [as_source(self._window(k).start, source) for k in keys]
         values = window_values(window, source, starts)
         seen: dict[Any, str] = {}
         for key, value in zip(keys, values, strict=True):
@@ -120,7 +120,7 @@ class Dimension:
         pdef = self.partitions_def
         assert isinstance(pdef, dg.TimeWindowPartitionsDefinition)
         if isinstance(value, dt.datetime):  # hourly: the start instant (or wall clock)
-            instant = value if value.tzinfo else value.replace(tzinfo=_zone(window.timezone))
+            instant = value if value.tzinfo else value.replace(tzinfo=window.tzinfo)
             return pdef.get_partition_key_for_timestamp(instant.timestamp())
         # longer windows start on this date at the offset: the key is that start, formatted
         return dt.datetime.combine(
@@ -147,32 +147,9 @@ class Dimension:
         return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
 
 
-def _zone(name: str) -> dt.tzinfo:
-    import zoneinfo
-
-    return dt.UTC if name.upper() == "UTC" else zoneinfo.ZoneInfo(name)
-
-
-def _ceil_date(t: dt.datetime) -> dt.date:
-    """The first date whose local midnight is at or after ``t``."""
-    return t.date() if t.time() == dt.time(0) else t.date() + dt.timedelta(days=1)
-
-
-def _as_source(start: dt.datetime, source: pa.DataType) -> Any:
-    """A window start (zoned, in the definition's zone) as a value of the source column."""
-    if pa.types.is_date(source):
-        return _ceil_date(start)
-    if pa.types.is_timestamp(source) and source.tz is None:
-        return start.replace(tzinfo=None)  # naive timestamps hold local wall-clock time
-    return start
-
-
 def _bound(t: dt.datetime, source: pa.DataType) -> str:
-    if pa.types.is_date(source):
-        return sql_literal(_ceil_date(t))
-    if pa.types.is_timestamp(source) and source.tz is None:
-        return sql_literal(t.replace(tzinfo=None))
-    return sql_literal(t.astimezone(dt.UTC))
+    """A window bound as a SQL literal of the source column (an instant in UTC)."""
+    return sql_literal(t.astimezone(dt.UTC) if is_zoned(source) else as_source(t, source))
 
 
 @dataclass(frozen=True)

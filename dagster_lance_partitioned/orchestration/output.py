@@ -14,13 +14,13 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from ..core.commit_summary import (
+from ..core.errors import MergeKeyError, WriteError
+from ..core.manifest.commit_summary import (
     PROP_DAGSTER_ASSET_KEY,
     PROP_DAGSTER_PARTITION_KEYS,
     PROP_DAGSTER_RUN_ID,
     PROP_SOURCE,
 )
-from ..core.errors import MergeKeyError, WriteError
 from ..core.row_changes.merge import (
     WHEN_MATCHED,
     WHEN_NOT_MATCHED,

@@ -24,8 +24,8 @@ import pyarrow as pa
 from pydantic import Field
 
 from ..core.errors import NamespaceNotFoundError
-from ..core.filters import FilterLike
 from ..core.namespace import PartitionedNamespace
+from ..core.read.filters import FilterLike
 from ..core.search.catalog import IndexCoverage
 from .errors import InvalidAssetKeyError, StorageRootError
 

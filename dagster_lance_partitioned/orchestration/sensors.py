@@ -14,9 +14,9 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from ..core.arrow_json import field_id
-from ..core.commit_summary import Operation
-from ..core.history import Commit, commits
+from ..core.manifest.commit_summary import Operation
+from ..core.ops.history import Commit, commits
+from ..core.schema.arrow_json import field_id
 from .io_manager import column_schema
 from .maintenance import MAINTENANCE_SOURCE
 from .metadata_keys import EXTERNAL, MANIFEST_VERSION, OPERATION, SCHEMA_CHANGES, WRITER
@@ -302,7 +302,8 @@ def _drift(ns: Any) -> _Drift:
     (nullable, one type everywhere) can be adopted into the namespace schema."""
     import lance
 
-    from ..core import health, storage
+    from ..core import storage
+    from ..core.ops import health
 
     issues = health.check_schemas(ns)
     known = set(ns.schema.names)

@@ -11,15 +11,15 @@ from typing import Any, Literal
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 
-from ..core.changes import Changes, apply_to, commit_changes
 from ..core.errors import WriteError
-from ..core.filters import FilterLike
+from ..core.manifest.changes import Changes, apply_to, commit_changes
+from ..core.manifest.state import NamespaceState
+from ..core.read.filters import FilterLike
 from ..core.row_changes import RowChangeResult
-from ..core.spec import PartitionSpec, source_names, source_types
-from ..core.staged import StagedWrite
-from ..core.state import NamespaceState
-from ..core.transforms import Granularity
+from ..core.spec.partition_spec import PartitionSpec, source_names, source_types
+from ..core.spec.transforms import Granularity
 from ..core.write import WRITE_MODES, WriteMode, WriteResult
+from ..core.write.staged import StagedWrite
 from . import options as opt
 from .merge import merge_dataframe
 from .result import find_result, package_error

@@ -39,12 +39,12 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from ..core import arrow_json
 from ..core.errors import CommitConflictError, MergeKeyError, WriteError
-from ..core.filters import FilterLike
+from ..core.manifest.naming import NAMING_KEY, ensure_naming_key
+from ..core.manifest.registration import TableVersion
+from ..core.manifest.state import NamespaceState
 from ..core.namespace import PartitionedNamespace
-from ..core.naming import NAMING_KEY, ensure_naming_key
-from ..core.registration import TableVersion
+from ..core.read.filters import FilterLike
 from ..core.row_changes import (
     Counts,
     RowChangeResult,
@@ -54,8 +54,8 @@ from ..core.row_changes import (
 )
 from ..core.row_changes.merge import MergeOptions, check_input_schema, duplicate_key_error
 from ..core.row_changes.plan import ChangePlan, keys_cover_partitions, source_names
+from ..core.schema import arrow_json
 from ..core.search.catalog import declared
-from ..core.state import NamespaceState
 from .merge_job import AWAY, HOME, KIND, ROUTE, ROUTE_COLUMNS, MergeJob
 from .result import package_error
 from .session import activate, functions_of

@@ -30,14 +30,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core import arrow_json
-from ..core.concurrency import table_threads
-from ..core.conform import conform_for_write, table_write_schema
-from ..core.health import parallel_map
-from ..core.naming import derived_name, keyed_name
-from ..core.partitioner import SpecEvaluator
-from ..core.planning import ScanTask
-from ..core.registration import TableVersion
+from ..core.concurrency import parallel_map, table_threads
+from ..core.manifest.naming import derived_name, keyed_name
+from ..core.manifest.registration import TableVersion
+from ..core.read.planning import ScanTask
 from ..core.row_changes import (
     Counts,
     MergeOptions,
@@ -47,8 +43,11 @@ from ..core.row_changes import (
 )
 from ..core.row_changes import keys as K
 from ..core.row_changes.merge import check_keys, check_null_keys, confined_error
+from ..core.schema import arrow_json
+from ..core.schema.conform import conform_for_write, table_write_schema
 from ..core.search.declaration import IndexDeclaration
-from ..core.spec import PartitionSpec
+from ..core.spec.partition_spec import PartitionSpec
+from ..core.spec.partitioner import SpecEvaluator
 from .result import carried, key_text
 from .types import conform_batch
 
@@ -77,7 +76,7 @@ class MergeJob:
     search: tuple[str, ...] = ()  # routes of the tables searched for keys stored elsewhere
     scoped: frozenset[str] = frozenset()  # routes of the tables ``scope`` selects
     confined: frozenset[str] | None = None  # routes of the tables ``confine`` selects
-    naming_key: str | None = None  # of the namespace (see core.naming)
+    naming_key: str | None = None  # of the namespace (see core.manifest.naming)
     indexes: tuple[IndexDeclaration, ...] = ()  # declared: built on every version made
 
     # -- naming ----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Compact commit messages: what one Spark task staged, small enough that hundreds of tasks
 times hundreds of partitions stay far below ``spark.driver.maxResultSize``.
 
-A task's :class:`~dagster_lance_partitioned.core.staged.StageResult` is packed as one
+A task's :class:`~dagster_lance_partitioned.core.write.staged.StageResult` is packed as one
 zlib-compressed pickle of plain values: per partition only its key, rows, layout number and,
 per fragment, the fields that differ between fragments (id, file path, file size, rows). The
 layouts (schema, storage version, file fields) are listed once per message. What the driver can
@@ -20,8 +20,8 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from ..core.errors import WriteError
-from ..core.staged import StagedPartition, StageResult
 from ..core.write import PartitionWriter
+from ..core.write.staged import StagedPartition, StageResult
 
 FORMAT_VERSION = 1
 COMPRESSION_LEVEL = 6

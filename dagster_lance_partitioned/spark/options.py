@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core.filters import to_sql
+from ..core.read.filters import to_sql
 from .errors import SparkOptionError
 
 FORMAT = "lance_partitioned"

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from ..core.errors import PartitionedNamespaceError, WriteError
-from ..core.manifest import ManifestStore
+from ..core.manifest.store import ManifestStore
 from ..core.namespace import PartitionedNamespace
-from ..core.staged import StageResult
 from ..core.write import PartitionWrite, WriteResult, check_mode
+from ..core.write.staged import StageResult
 
 RESULT_PROPERTY = "spark.result"  # stored as dlp.spark.result
 WRITE_ID_PROPERTY = "write_id"  # set by the core for every staged write (dlp.write_id)

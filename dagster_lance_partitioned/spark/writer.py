@@ -2,7 +2,7 @@
 
 On the driver (``writer()``): open the namespace (or create it from the DataFrame schema with
 option ``partitionBy``), check the DataFrame schema against the namespace schema before any
-data is written, and begin a :class:`~dagster_lance_partitioned.core.staged.StagedWrite`
+data is written, and begin a :class:`~dagster_lance_partitioned.core.write.staged.StagedWrite`
 against the latest manifest version. On the executors (``write()``): each task splits its rows
 by partition and writes Lance fragments straight into the partition tables, returning the
 fragment metadata as its commit message (packed to about 30 bytes per partition it wrote into,
@@ -46,12 +46,12 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from ..core.changes import Changes
 from ..core.errors import NamespaceNotFoundError, WriteError
+from ..core.manifest.changes import Changes
 from ..core.namespace import PartitionedNamespace
-from ..core.partition_by import parse_partition_by
-from ..core.staged import StagedWrite
+from ..core.spec.partition_by import parse_partition_by
 from ..core.write import WriteMode
+from ..core.write.staged import StagedWrite
 from . import options as opt
 from .errors import ScatteredWriteWarning, SparkOptionError
 from .messages import pack, unpack
@@ -60,8 +60,8 @@ from .types import arrow_schema
 
 WRITE_ID_OPTION = "writeId"  # the write id recorded in the commit (dlp.write_id)
 PARTITIONS_OPTION = "partitions"  # JSON list of {field id: value}: the only partitions written
-# JSON of a transaction's uncommitted schema / spec changes (core.changes.Changes): the rows are
-# written under them and the driver commits them just before the data
+# JSON of a transaction's uncommitted schema / spec changes (core.manifest.changes.Changes): the
+# rows are written under them and the driver commits them just before the data
 CHANGES_OPTION = "transactionChanges"
 SESSION_OVERWRITE_CONF = "spark.sql.sources.partitionOverwriteMode"
 

@@ -1,4 +1,4 @@
-"""Tests for dagster_lance_partitioned.core.arrow_json."""
+"""Tests for dagster_lance_partitioned.core.schema.arrow_json."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dagster_lance_partitioned.core.arrow_json import (
+from dagster_lance_partitioned.core.errors import SchemaError
+from dagster_lance_partitioned.core.schema.arrow_json import (
     FIELD_ID_KEY,
     MAP_ENTRIES_FIELD_ID_KEY,
     assign_field_ids,
@@ -29,7 +30,6 @@ from dagster_lance_partitioned.core.arrow_json import (
     type_from_json,
     type_to_json,
 )
-from dagster_lance_partitioned.core.errors import SchemaError
 
 SPEC_EXAMPLE = (
     '{"fields":[{"name":"id","nullable":false,"type":{"type":"int64"},'

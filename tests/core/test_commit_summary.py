@@ -1,6 +1,6 @@
-"""The typed commit summary (core/commit_summary.py): the one serialization of the ``__manifest``
-commit properties, read back tolerantly (other versions and tools), with ``overwritten``
-always written (a commit without it reads as having replaced every table)."""
+"""The typed commit summary (core/manifest/commit_summary.py): the one serialization of the
+``__manifest`` commit properties, read back tolerantly (other versions and tools), with
+``overwritten`` always written (a commit without it reads as having replaced every table)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import pytest
 from helpers.data import SCHEMA, sample_table
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.commit_summary import (
+from dagster_lance_partitioned.core.manifest.commit_summary import (
     WRITER_ID,
     CommitSummary,
     Operation,
     creation_properties,
 )
-from dagster_lance_partitioned.core.manifest import ManifestStore, overwritten_ids
+from dagster_lance_partitioned.core.manifest.store import ManifestStore, overwritten_ids
 
 FIELDS = [PartitionField.identity("country")]
 

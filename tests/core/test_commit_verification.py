@@ -1,5 +1,5 @@
 """A maintenance run between a write's table commits and its manifest commit makes the write fail
-cleanly (the retirement protocol, core/retire.py), and an empty write makes no commit."""
+cleanly (the retirement protocol, core/manifest/retire.py), and an empty write makes no commit."""
 
 from __future__ import annotations
 

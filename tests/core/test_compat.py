@@ -13,16 +13,20 @@ import pytest
 from helpers.data import sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import compat
 from dagster_lance_partitioned.core.errors import WriteError
-from dagster_lance_partitioned.core.manifest import (
+from dagster_lance_partitioned.core.manifest.store import (
     WRITER_FLAG_KEY,
     ManifestEdit,
     ManifestSnapshot,
     ManifestStore,
 )
-from dagster_lance_partitioned.core.spec import PartitionSpec, SpecField, specs_from_metadata
-from dagster_lance_partitioned.core.transforms import Truncate
+from dagster_lance_partitioned.core.ops import compat
+from dagster_lance_partitioned.core.spec.partition_spec import (
+    PartitionSpec,
+    SpecField,
+    specs_from_metadata,
+)
+from dagster_lance_partitioned.core.spec.transforms import Truncate
 
 SCHEMA = pa.schema(
     [
@@ -502,7 +506,7 @@ def test_field_ids_reuse_identical_definitions_and_never_clash():
 def test_a_write_merged_with_a_concurrent_upgrade_switch_is_repaired(draft_root, monkeypatch):
     """A write planned under the draft specs whose manifest commit lands just after an upgrade
     switched them (Lance merges the two commits) still gets its current-shape columns."""
-    from dagster_lance_partitioned.core import manifest as manifest_mod
+    from dagster_lance_partitioned.core.manifest import store as manifest_mod
 
     ns = PartitionedNamespace.open(draft_root)
     compat.migrate_rows(ns)  # step 1 done: the upgrade below is only the spec switch

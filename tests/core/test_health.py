@@ -1,4 +1,4 @@
-"""Health inspection (core/health.py): every check passes on a healthy namespace and names the
+"""Health inspection (core/ops/health.py): every check passes on a healthy namespace and names the
 fault of a namespace broken on purpose -- a wrong column type, a cleaned-up read_version, a
 missing table, an unresolvable tag or branch, an orphan table, an uncommitted write, rows in
 the wrong partition. Real pylance tables throughout."""
@@ -20,15 +20,15 @@ from lance import LanceOperation
 from lance.fragment import write_fragments
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import health
 from dagster_lance_partitioned.core.errors import PartitionReadError
-from dagster_lance_partitioned.core.health import (
+from dagster_lance_partitioned.core.manifest.state import load_snapshot
+from dagster_lance_partitioned.core.manifest.store import ManifestEdit
+from dagster_lance_partitioned.core.ops import health
+from dagster_lance_partitioned.core.ops.health import (
     IntegrityIssue,
     UncommittedVersion,
     manifest_file_version,
 )
-from dagster_lance_partitioned.core.manifest import ManifestEdit
-from dagster_lance_partitioned.core.state import load_snapshot
 from dagster_lance_partitioned.core.storage import DETACHED_BIT
 
 FIELDS = [PartitionField.identity("country"), PartitionField.year("event_date")]

@@ -13,8 +13,8 @@ import pytest
 from helpers.data import sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace
-from dagster_lance_partitioned.core import hive
 from dagster_lance_partitioned.core.errors import NamespaceExistsError, SchemaError
+from dagster_lance_partitioned.core.ops import hive
 
 DATA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("value", pa.float64())])
 

@@ -1,4 +1,4 @@
-"""Maintenance (core/maintenance.py): compaction keeps rows and time travel and commits once;
+"""Maintenance (core/ops/maintenance.py): compaction keeps rows and time travel and commits once;
 cleanup removes old versions but keeps every retained manifest version readable; vacuum removes
 only orphans and unreferenced files past the grace period; drop_partitions deregisters exactly
 the fully matching partitions in one commit or changes nothing. Real pylance tables."""
@@ -18,14 +18,14 @@ from helpers.data import SCHEMA, fail_write, fingerprint, sample_table, sorted_r
 from lance.fragment import write_fragments
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import health, maintenance
 from dagster_lance_partitioned.core.errors import (
     PartialPartitionError,
     PartitionedNamespaceError,
     WriteError,
 )
-from dagster_lance_partitioned.core.manifest import ManifestEdit
-from dagster_lance_partitioned.core.state import load_snapshot
+from dagster_lance_partitioned.core.manifest.state import load_snapshot
+from dagster_lance_partitioned.core.manifest.store import ManifestEdit
+from dagster_lance_partitioned.core.ops import health, maintenance
 from dagster_lance_partitioned.core.storage import DETACHED_BIT
 
 FIELDS = [PartitionField.identity("country"), PartitionField.year("event_date")]
@@ -211,7 +211,8 @@ def test_cleanup_keeps_every_retained_version_readable(ns):
 
     result = ns.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=3)
     kept = manifest_versions(ns.uri)
-    # the three newest, then the two commits announcing what the run removed (core/retire.py)
+    # the three newest, then the two commits announcing what the run removed
+    # (core/manifest/retire.py)
     assert kept[:3] == sorted(history)[-3:]
     assert kept[3:] == [latest + 1, latest + 2]
     assert rows_at(ns.uri, latest + 2) == history[latest]

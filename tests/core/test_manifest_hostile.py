@@ -21,10 +21,10 @@ from helpers.data import SCHEMA, fingerprint, sample_table
 from helpers.faults import CommitHooks
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import manifest as manifest_mod
 from dagster_lance_partitioned.core.errors import ManifestError, PartitionedNamespaceError
-from dagster_lance_partitioned.core.manifest import SCHEMA_KEY
-from dagster_lance_partitioned.core.state import load_snapshot
+from dagster_lance_partitioned.core.manifest import store as manifest_mod
+from dagster_lance_partitioned.core.manifest.state import load_snapshot
+from dagster_lance_partitioned.core.manifest.store import SCHEMA_KEY
 
 KINDS = ["identical_row", "shared_id"]
 

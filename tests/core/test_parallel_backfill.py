@@ -18,7 +18,7 @@ import pytest
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.cli import main as cli_main
-from dagster_lance_partitioned.core.naming import NAMING_KEY
+from dagster_lance_partitioned.core.manifest.naming import NAMING_KEY
 
 WRITER = Path(__file__).resolve().parents[1] / "helpers" / "writer_proc.py"
 AIRPORTS = ("EWR", "JFK", "LGA")

@@ -15,7 +15,11 @@ from helpers.data import SCHEMA, file_hashes, fingerprint, sample_table
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core import storage
 from dagster_lance_partitioned.core.errors import PathEscapeError
-from dagster_lance_partitioned.core.manifest import ManifestEdit, ManifestSnapshot, ManifestStore
+from dagster_lance_partitioned.core.manifest.store import (
+    ManifestEdit,
+    ManifestSnapshot,
+    ManifestStore,
+)
 
 _tree = file_hashes
 
@@ -107,7 +111,7 @@ def test_maintenance_never_deletes_outside_the_root(setup, tmp_path: Path, locat
         ns.maintenance.compact()
     assert _tree(foreign) == foreign_before
     # the health check reports the row instead of following it
-    from dagster_lance_partitioned.core.health import check_read_versions
+    from dagster_lance_partitioned.core.ops.health import check_read_versions
 
     issues, _ = check_read_versions(ns)
     assert [i.problem for i in issues] == ["location outside the root"]

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.manifest import ManifestStore
+from dagster_lance_partitioned.core.manifest.store import ManifestStore
 
 UTC = dt.UTC
 
@@ -72,8 +72,8 @@ def test_appendix_d_exactly_two_tables(tmp_path):
         ],
     }
     store = ManifestStore(ns.uri)
-    from dagster_lance_partitioned.core.manifest import ManifestEdit, ManifestSnapshot
-    from dagster_lance_partitioned.core.spec import specs_from_metadata
+    from dagster_lance_partitioned.core.manifest.store import ManifestEdit, ManifestSnapshot
+    from dagster_lance_partitioned.core.spec.partition_spec import specs_from_metadata
 
     store.commit(
         lambda ds: ManifestSnapshot(ds, specs_from_metadata(dict(ds.metadata))),
@@ -375,8 +375,8 @@ def test_explain_is_readable_and_json(ident):
 
 
 def test_large_manifests_get_indexes_and_plan_the_same(tmp_path, monkeypatch):
-    from dagster_lance_partitioned.core import manifest as manifest_mod
-    from dagster_lance_partitioned.core import manifest_ops
+    from dagster_lance_partitioned.core.manifest import edit as manifest_ops
+    from dagster_lance_partitioned.core.manifest import store as manifest_mod
 
     monkeypatch.setattr(manifest_ops, "INDEX_MIN_ROWS", 10)
     monkeypatch.setattr(manifest_mod, "SMALL_MANIFEST_ROWS", 0)  # plan through Lance's scanner
@@ -462,9 +462,9 @@ def test_draft_expressions_prune_as_the_transforms_they_spell():
     """A draft field whose SQL is exactly a transform's prunes through that transform: ranges
     through the year, LIKE through a string truncation, identity exactly."""
     from dagster_lance_partitioned import PartitionSpec, SpecField
-    from dagster_lance_partitioned.core import arrow_json
-    from dagster_lance_partitioned.core.predicates import TRUE, And, Cmp, Like
-    from dagster_lance_partitioned.core.pruning import SpecProjector
+    from dagster_lance_partitioned.core.read.predicates import TRUE, And, Cmp, Like
+    from dagster_lance_partitioned.core.read.pruning import SpecProjector
+    from dagster_lance_partitioned.core.schema import arrow_json
 
     schema, _ = arrow_json.assign_field_ids(
         pa.schema([("d", pa.date32()), ("name", pa.utf8()), ("n", pa.int64())]), 0

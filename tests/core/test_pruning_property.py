@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import manifest
+from dagster_lance_partitioned.core.manifest import store as manifest
 
 SCHEMA = pa.schema(
     [

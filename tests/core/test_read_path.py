@@ -16,9 +16,9 @@ import pytest
 from helpers.data import SCHEMA, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import manifest as manifest_mod
-from dagster_lance_partitioned.core import scan
 from dagster_lance_partitioned.core.errors import PathEscapeError
+from dagster_lance_partitioned.core.manifest import store as manifest_mod
+from dagster_lance_partitioned.core.read import scan
 
 
 def matching(table: pa.Table, flt: str) -> list[dict]:

@@ -1,5 +1,6 @@
-"""Deletion safe by protocol (core/retire.py): a commit landing *inside* a cleanup or vacuum (after
-it read the pins, before it deleted) never leaves the namespace pointing at deleted files.
+"""Deletion safe by protocol (core/manifest/retire.py): a commit landing *inside* a cleanup or
+vacuum (after it read the pins, before it deleted) never leaves the namespace pointing at deleted
+files.
 
 Each race is made deterministic: the maintenance run's first deletion first lets a writer paused
 between its table commits and its manifest commit finish. Before the protocol, cleanup deleted
@@ -22,8 +23,10 @@ from helpers.data import SCHEMA, fail_write, sample_table, sorted_rows
 from helpers.faults import CommitHooks, before_row_change_commit
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import maintenance, retire, row_changes, storage
+from dagster_lance_partitioned.core import row_changes, storage
 from dagster_lance_partitioned.core.errors import CommitConflictError, MaintenanceConflictError
+from dagster_lance_partitioned.core.manifest import retire
+from dagster_lance_partitioned.core.ops import maintenance
 
 FIELDS = [PartitionField.identity("country")]
 ZERO = dt.timedelta(0)

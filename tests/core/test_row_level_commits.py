@@ -13,9 +13,13 @@ import pytest
 from helpers.data import SCHEMA, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import manifest_ops
 from dagster_lance_partitioned.core.errors import CommitConflictError
-from dagster_lance_partitioned.core.manifest import ManifestEdit, ManifestSnapshot, ManifestStore
+from dagster_lance_partitioned.core.manifest import edit as manifest_ops
+from dagster_lance_partitioned.core.manifest.store import (
+    ManifestEdit,
+    ManifestSnapshot,
+    ManifestStore,
+)
 
 
 def _manifest(ns: PartitionedNamespace) -> lance.LanceDataset:

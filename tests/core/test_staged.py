@@ -13,7 +13,7 @@ import pytest
 from helpers.data import SCHEMA, fingerprint, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField, SchemaMismatchError
-from dagster_lance_partitioned.core.staged import StagedWrite, StageResult
+from dagster_lance_partitioned.core.write.staged import StagedWrite, StageResult
 
 
 @pytest.fixture

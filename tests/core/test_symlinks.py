@@ -143,7 +143,7 @@ def test_cleanup_and_vacuum_refuse_a_table_linked_outside(ns, tmp_path: Path, ho
 
 
 def test_the_health_check_reports_a_linked_table(ns, tmp_path: Path) -> None:
-    from dagster_lance_partitioned.core.health import check_read_versions, find_orphans
+    from dagster_lance_partitioned.core.ops.health import check_read_versions, find_orphans
 
     oid, _ = move_out(ns, tmp_path / "outside" / "us")
     issues, _ = check_read_versions(ns)

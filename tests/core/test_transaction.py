@@ -18,7 +18,6 @@ import pytest
 from helpers.data import SCHEMA, fingerprint, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.changes import TRANSACTION_PROPERTY
 from dagster_lance_partitioned.core.errors import (
     CommitConflictError,
     DuplicateKeyError,
@@ -27,7 +26,8 @@ from dagster_lance_partitioned.core.errors import (
     TransactionError,
     UnnamedPartitionError,
 )
-from dagster_lance_partitioned.core.manifest import ManifestStore
+from dagster_lance_partitioned.core.manifest.changes import TRANSACTION_PROPERTY
+from dagster_lance_partitioned.core.manifest.store import ManifestStore
 
 WIDE = pa.schema([*SCHEMA, pa.field("score", pa.int32())])
 
@@ -296,7 +296,7 @@ def test_a_staged_write_commits_a_detached_transactions_changes_with_its_data(tm
     stage rows under them (the StagedWrite travels pickled), the driver commits both."""
     import pickle
 
-    from dagster_lance_partitioned.core.staged import StagedWrite
+    from dagster_lance_partitioned.core.write.staged import StagedWrite
 
     ns = make_ns(tmp_path)
     before = fingerprint(ns.uri)
@@ -323,7 +323,7 @@ def test_a_staged_write_commits_a_detached_transactions_changes_with_its_data(tm
 
 
 def test_a_staged_write_refused_at_commit_leaves_the_changes_uncommitted(tmp_path):
-    from dagster_lance_partitioned.core.staged import StagedWrite
+    from dagster_lance_partitioned.core.write.staged import StagedWrite
 
     ns = make_ns(tmp_path)
     before = fingerprint(ns.uri)

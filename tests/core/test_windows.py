@@ -1,4 +1,4 @@
-"""Calendar time windows (``core/windows.py``) checked against Dagster's own partitions.
+"""Calendar time windows (``core/spec/windows.py``) checked against Dagster's own partitions.
 
 * Round trip: for hourly, daily, weekly and monthly Dagster definitions (zones UTC,
   America/New_York, Asia/Kolkata, Australia/Lord_Howe; hour/minute/day offsets; date, naive and
@@ -35,8 +35,8 @@ from hypothesis import strategies as st
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import SpecError
-from dagster_lance_partitioned.core.manifest import SMALL_MANIFEST_ROWS
-from dagster_lance_partitioned.core.windows import TimeWindow, parse_window, window_values
+from dagster_lance_partitioned.core.manifest.store import SMALL_MANIFEST_ROWS
+from dagster_lance_partitioned.core.spec.windows import TimeWindow, parse_window, window_values
 from dagster_lance_partitioned.orchestration.layout import (
     Dimension,
     PartitionLayoutError,

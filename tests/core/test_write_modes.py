@@ -24,8 +24,7 @@ from dagster_lance_partitioned import (
     WriteMode,
 )
 from dagster_lance_partitioned.core.errors import StorageError
-from dagster_lance_partitioned.core.operations import Inspect, Maintenance
-from dagster_lance_partitioned.core.staged import StagedWrite
+from dagster_lance_partitioned.core.ops.groups import Inspect, Maintenance
 from dagster_lance_partitioned.core.write import (
     COMMITS,
     WRITE_MODES,
@@ -34,6 +33,7 @@ from dagster_lance_partitioned.core.write import (
     OverwritePartitionsCommit,
     check_mode,
 )
+from dagster_lance_partitioned.core.write.staged import StagedWrite
 
 MODES: tuple[WriteMode, ...] = ("append", "overwrite_partitions", "overwrite")
 

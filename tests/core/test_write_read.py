@@ -13,8 +13,12 @@ import pytest
 from helpers.data import SCHEMA, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.manifest import ManifestEdit, ManifestSnapshot, ManifestStore
-from dagster_lance_partitioned.core.spec import specs_from_metadata
+from dagster_lance_partitioned.core.manifest.store import (
+    ManifestEdit,
+    ManifestSnapshot,
+    ManifestStore,
+)
+from dagster_lance_partitioned.core.spec.partition_spec import specs_from_metadata
 from dagster_lance_partitioned.core.write import ingest as ingest_mod
 from dagster_lance_partitioned.core.write import table as table_mod
 
@@ -395,7 +399,7 @@ def test_write_limited_to_named_partitions(tmp_path, sample):
 
 
 def test_reading_a_task_fragment_by_fragment(tmp_path, monkeypatch):
-    from dagster_lance_partitioned.core.scan import iter_task_batches, lance_filter
+    from dagster_lance_partitioned.core.read.scan import iter_task_batches, lance_filter
 
     monkeypatch.setattr(table_mod, "MAX_ROWS_PER_FILE", 10)
     ns = make_ns(tmp_path, [PartitionField.identity("country")])

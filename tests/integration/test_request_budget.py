@@ -14,7 +14,8 @@ from helpers.delay_proxy import DelayProxy, delay_proxy
 from helpers.s3 import S3Server, s3_server, storage_options
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import scan, storage
+from dagster_lance_partitioned.core import storage
+from dagster_lance_partitioned.core.read import scan
 
 pytestmark = pytest.mark.object_store
 

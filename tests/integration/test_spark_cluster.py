@@ -16,7 +16,7 @@ from helpers.s3 import s3_server, storage_options
 from helpers.spark import StandaloneCluster, connect_session, start_connect_server
 
 from dagster_lance_partitioned import PartitionedNamespace
-from dagster_lance_partitioned.core.manifest import ManifestStore
+from dagster_lance_partitioned.core.manifest.store import ManifestStore
 from dagster_lance_partitioned.spark import FORMAT, read_dataframe, register, write_dataframe
 from dagster_lance_partitioned.spark.result import Summary
 

@@ -33,7 +33,7 @@ from dagster_graphql.test.utils import (
 
 from dagster_lance_partitioned import PartitionedNamespace
 from dagster_lance_partitioned.cli import main as cli_main
-from dagster_lance_partitioned.core.history import commits
+from dagster_lance_partitioned.core.ops.history import commits
 
 pytestmark = [
     pytest.mark.multiprocess,

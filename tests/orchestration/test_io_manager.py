@@ -26,7 +26,7 @@ from helpers.dagster_runs import range_tags
 from helpers.data import fingerprint, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace
-from dagster_lance_partitioned.core.manifest import ManifestStore
+from dagster_lance_partitioned.core.manifest.store import ManifestStore
 from dagster_lance_partitioned.orchestration import LancePartitionedIOManager
 
 NY = "America/New_York"

@@ -25,8 +25,12 @@ from helpers.dagster_runs import range_tags
 
 from dagster_lance_partitioned import PartitionedNamespace
 from dagster_lance_partitioned.core.errors import IndexBuildError
-from dagster_lance_partitioned.core.history import commits
-from dagster_lance_partitioned.core.manifest import ManifestEdit, ManifestSnapshot, ManifestStore
+from dagster_lance_partitioned.core.manifest.store import (
+    ManifestEdit,
+    ManifestSnapshot,
+    ManifestStore,
+)
+from dagster_lance_partitioned.core.ops.history import commits
 from dagster_lance_partitioned.orchestration import (
     LancePartitionedIOManager,
     LancePartitionedResource,

@@ -17,7 +17,7 @@ from helpers.dagster_runs import range_tags
 from helpers.data import fingerprint, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace
-from dagster_lance_partitioned.core.history import commits
+from dagster_lance_partitioned.core.ops.history import commits
 from dagster_lance_partitioned.orchestration import (
     ArrowTableHandler,
     LancePartitionedIOManager,

@@ -22,7 +22,11 @@ from dagster._core.storage.tags import (
 from helpers.dagster_runs import range_tags
 
 from dagster_lance_partitioned import PartitionedNamespace
-from dagster_lance_partitioned.core.manifest import ManifestEdit, ManifestSnapshot, ManifestStore
+from dagster_lance_partitioned.core.manifest.store import (
+    ManifestEdit,
+    ManifestSnapshot,
+    ManifestStore,
+)
 from dagster_lance_partitioned.orchestration import (
     LancePartitionedIOManager,
     LancePartitionedResource,

@@ -14,7 +14,11 @@ import pytest
 from helpers.data import sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace
-from dagster_lance_partitioned.core.manifest import ManifestEdit, ManifestSnapshot, ManifestStore
+from dagster_lance_partitioned.core.manifest.store import (
+    ManifestEdit,
+    ManifestSnapshot,
+    ManifestStore,
+)
 from dagster_lance_partitioned.orchestration import LancePartitionedIOManager
 from dagster_lance_partitioned.orchestration.maintenance import (
     build_lance_maintenance_job,

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from dagster_lance_partitioned import PartitionedNamespace
-from dagster_lance_partitioned.core.history import commits
+from dagster_lance_partitioned.core.ops.history import commits
 from dagster_lance_partitioned.orchestration import LancePartitionedIOManager
 from dagster_lance_partitioned.orchestration.sensors import build_lance_external_change_sensor
 

@@ -22,7 +22,7 @@ import pytest
 import dagster_lance_partitioned as top
 from dagster_lance_partitioned import cli, core, orchestration, spark
 from dagster_lance_partitioned.core.namespace import PartitionedNamespace
-from dagster_lance_partitioned.core.operations import Inspect, Maintenance
+from dagster_lance_partitioned.core.ops.groups import Inspect, Maintenance
 from dagster_lance_partitioned.core.transaction import Transaction
 from dagster_lance_partitioned.orchestration import (
     LancePartitionedIOManager,
@@ -33,12 +33,12 @@ PACKAGE = top.__name__
 LAYERS = {"core": core, "orchestration": orchestration, "spark": spark, "cli": cli}
 # raised and caught inside the package, never reaching a caller
 INTERNAL_EXCEPTIONS = {
-    f"{PACKAGE}.core.predicates.NotRenderable",  # a predicate SQL cannot express: pruned less
-    f"{PACKAGE}.core.manifest_ops.NothingToCommit",  # a commit plan with nothing to change
+    f"{PACKAGE}.core.read.predicates.NotRenderable",  # a predicate SQL cannot express: pruned less
+    f"{PACKAGE}.core.manifest.edit.NothingToCommit",  # a commit plan with nothing to change
 }
 # fields of returned dataclasses that carry internal state (not compared, not shown)
 INTERNAL_FIELDS = {
-    f"{PACKAGE}.core.planning.ScanPlan.snapshot",  # the manifest version the scan runs on
+    f"{PACKAGE}.core.read.planning.ScanPlan.snapshot",  # the manifest version the scan runs on
 }
 # the classes users call operations on
 OPERATIONS = (

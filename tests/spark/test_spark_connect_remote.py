@@ -17,7 +17,7 @@ import pytest
 from helpers.spark import SparkProcess, spark_env, start_connect_server
 
 from dagster_lance_partitioned import PartitionedNamespace
-from dagster_lance_partitioned.core.manifest import ManifestStore
+from dagster_lance_partitioned.core.manifest.store import ManifestStore
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 

@@ -22,10 +22,10 @@ from dagster_lance_partitioned import (
     WriteError,
 )
 from dagster_lance_partitioned.core.errors import NamespaceNotFoundError, PartitionByError
-from dagster_lance_partitioned.core.manifest import ManifestStore
-from dagster_lance_partitioned.core.partition_by import parse_partition_by
-from dagster_lance_partitioned.core.staged import StagedWrite
-from dagster_lance_partitioned.core.transforms import Bucket, Identity, Year
+from dagster_lance_partitioned.core.manifest.store import ManifestStore
+from dagster_lance_partitioned.core.spec.partition_by import parse_partition_by
+from dagster_lance_partitioned.core.spec.transforms import Bucket, Identity, Year
+from dagster_lance_partitioned.core.write.staged import StagedWrite
 from dagster_lance_partitioned.spark import FORMAT, write_dataframe
 from dagster_lance_partitioned.spark.result import Summary, find_result
 from dagster_lance_partitioned.spark.writer import LancePartitionedWriter, scatter_advice

@@ -20,12 +20,15 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from .. import retire
-from ..commit_summary import WRITER_ID, CommitSummary, Operation
-from ..conform import conform_for_write, table_write_schema
+from ..concurrency import parallel_map
 from ..errors import CommitConflictError, StaleChangeError
-from ..health import parallel_map
-from ..manifest import (
+from ..manifest import retire
+from ..manifest.commit_summary import WRITER_ID, CommitSummary, Operation
+from ..manifest.edit import ManifestEdit, NothingToCommit
+from ..manifest.naming import NamespaceNaming, ensure_naming_key
+from ..manifest.registration import NameOf, TableVersion, add_table, pin_version
+from ..manifest.state import NamespaceState, load_snapshot
+from ..manifest.store import (
     SEP,
     TABLE_NAME,
     ManifestSnapshot,
@@ -34,12 +37,9 @@ from ..manifest import (
     partition_field_columns,
     table_location,
 )
-from ..manifest_ops import ManifestEdit, NothingToCommit
-from ..naming import NamespaceNaming, ensure_naming_key
-from ..registration import NameOf, TableVersion, add_table, pin_version
+from ..schema.conform import conform_for_write, table_write_schema
 from ..search.catalog import declared
-from ..spec import PartitionSpec
-from ..state import NamespaceState, load_snapshot
+from ..spec.partition_spec import PartitionSpec
 from . import keys as K
 from .change import RowChangeResult
 from .executor import TableExecutor

@@ -6,15 +6,14 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from ..commit_summary import PROP_FILTER, Operation
-from ..concurrency import table_threads
+from ..concurrency import parallel_map, table_threads
 from ..errors import WriteError
-from ..filters import FilterLike, to_sql
-from ..filters import check as check_filter
-from ..health import parallel_map
-from ..planning import ScanTask
-from ..scan import count_matching
-from ..state import HasState, NamespaceState, state_of
+from ..manifest.commit_summary import PROP_FILTER, Operation
+from ..manifest.state import HasState, NamespaceState, state_of
+from ..read.filters import FilterLike, to_sql
+from ..read.filters import check as check_filter
+from ..read.planning import ScanTask
+from ..read.scan import count_matching
 from .change import RowChangeResult
 from .commit import run
 from .executor import TableExecutor

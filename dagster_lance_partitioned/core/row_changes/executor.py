@@ -30,13 +30,15 @@ import pyarrow.compute as pc
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata, write_fragments
 
-from .. import arrow_json, retire, storage
+from .. import storage
 from .. import table_version as tv
 from ..concurrency import table_threads
-from ..conform import conform_for_write, same_layout, table_write_schema
 from ..errors import PartitionReadError, WriteError, is_storage_failure, storage_error
-from ..planning import ScanTask
-from ..scan import iter_task_batches, lance_filter, open_table
+from ..manifest import retire
+from ..read.planning import ScanTask
+from ..read.scan import iter_task_batches, lance_filter, open_table
+from ..schema import arrow_json
+from ..schema.conform import conform_for_write, same_layout, table_write_schema
 from ..search.build import index_version
 from ..search.declaration import IndexDeclaration
 from ..write import MAX_ROWS_PER_FILE
@@ -80,7 +82,7 @@ class TableExecutor:
     # -- what was made ---------------------------------------------------------------------
     def made(self, epoch: int) -> list[retire.Use]:
         """Every version and new table made so far, as made on a manifest of retirement epoch
-        ``epoch`` (see :mod:`..retire`)."""
+        ``epoch`` (see :mod:`.manifest.retire`)."""
         uses = [
             retire.Use(location, applied.version, base, epoch)
             for (location, base), memo in self._done.items()

@@ -12,17 +12,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import arrow_json
-from ..commit_summary import Operation
-from ..conform import check_write_schema, conform_for_write, table_write_schema
+from ..concurrency import parallel_map
 from ..errors import DuplicateKeyError, MergeKeyError, UnnamedPartitionError, WriteError
-from ..filters import FilterLike, quote_ident, sql_literal, to_sql
-from ..filters import check as check_filter
-from ..health import parallel_map
-from ..ns_schema import dropped_names, full_schema
-from ..partitioner import SpecEvaluator
-from ..planning import ScanTask
-from ..state import HasState, NamespaceState, state_of
+from ..manifest.commit_summary import Operation
+from ..manifest.state import HasState, NamespaceState, state_of
+from ..read.filters import FilterLike, quote_ident, sql_literal, to_sql
+from ..read.filters import check as check_filter
+from ..read.planning import ScanTask
+from ..schema import arrow_json
+from ..schema.conform import check_write_schema, conform_for_write, table_write_schema
+from ..schema.namespace_schema import dropped_names, full_schema
+from ..spec.partitioner import SpecEvaluator
 from ..write import as_reader
 from . import keys as K
 from .change import RowChangeResult

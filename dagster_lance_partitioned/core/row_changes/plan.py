@@ -12,11 +12,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import arrow_json
-from ..manifest import ManifestSnapshot, TableEntry
-from ..partitioner import SpecEvaluator
-from ..planning import ScanTask, _task, plan_scan
-from ..spec import PartitionSpec
+from ..manifest.store import ManifestSnapshot, TableEntry
+from ..read.planning import ScanTask, _task, plan_scan
+from ..schema import arrow_json
+from ..spec.partition_spec import PartitionSpec
+from ..spec.partitioner import SpecEvaluator
 from .change import TableEdit
 
 Key = tuple[Any, ...]

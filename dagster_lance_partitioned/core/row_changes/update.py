@@ -10,16 +10,15 @@ import datafusion as dfn
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import arrow_json
-from ..commit_summary import PROP_FILTER, PROP_SET, Operation
-from ..concurrency import table_threads
+from ..concurrency import parallel_map, table_threads
 from ..errors import UpdateExpressionError
-from ..filters import FilterLike, check_row_expression, quote_ident, to_sql
-from ..filters import check as check_filter
-from ..health import parallel_map
-from ..planning import ScanTask
-from ..scan import iter_task_batches, lance_filter
-from ..state import HasState, NamespaceState, state_of
+from ..manifest.commit_summary import PROP_FILTER, PROP_SET, Operation
+from ..manifest.state import HasState, NamespaceState, state_of
+from ..read.filters import FilterLike, check_row_expression, quote_ident, to_sql
+from ..read.filters import check as check_filter
+from ..read.planning import ScanTask
+from ..read.scan import iter_task_batches, lance_filter
+from ..schema import arrow_json
 from .change import RowChangeResult
 from .commit import run
 from .executor import TableExecutor

@@ -21,8 +21,8 @@ from lance import LanceOperation
 from lance.dataset import Index
 
 from .. import table_version as tv
-from ..conform import column_sources
 from ..errors import IndexBuildError, clean_message
+from ..schema.conform import column_sources
 from .declaration import IndexDeclaration, vector_dimension
 
 

@@ -11,19 +11,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..commit_summary import WRITER_ID, CommitSummary, Operation
-from ..concurrency import table_threads
+from ..concurrency import parallel_map, table_threads
 from ..errors import IndexDeclarationError, IndexNotFoundError
-from ..filters import FilterLike
-from ..health import parallel_map
-from ..manifest import ManifestSnapshot
-from ..manifest_ops import ManifestEdit
-from ..planning import ScanTask
-from ..registration import TableVersion
-from ..retire import epoch
-from ..revisions import Registered, register
-from ..scan import open_table
-from ..state import HasState, NamespaceState, load_snapshot, state_of
+from ..manifest.commit_summary import WRITER_ID, CommitSummary, Operation
+from ..manifest.edit import ManifestEdit
+from ..manifest.registration import TableVersion
+from ..manifest.retire import epoch
+from ..manifest.revisions import Registered, register
+from ..manifest.state import HasState, NamespaceState, load_snapshot, state_of
+from ..manifest.store import ManifestSnapshot
+from ..read.filters import FilterLike
+from ..read.planning import ScanTask
+from ..read.scan import open_table
 from .build import TableIndexState, index_version, table_state
 from .declaration import IndexDeclaration, declarations, declare
 

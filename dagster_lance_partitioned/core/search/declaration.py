@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from ..arrow_json import field_id
 from ..errors import IndexDeclarationError
+from ..schema.arrow_json import field_id
 
 INDEX_KEY_PREFIX = "dlp.index."
 
@@ -43,7 +43,7 @@ OTHER_MIN_ROWS = 1
 # Rows per IVF partition aimed at when ``num_partitions`` is not given.
 ROWS_PER_IVF_PARTITION = 4096
 # Training rows per centroid (IVF and PQ) unless ``sample_rate`` is given; Lance's default is 256.
-VECTOR_SAMPLE_RATE = 64
+VECTOR_SAMPLE_RATE = 32
 
 # Tokenizer options of an INVERTED index that the query is tokenized with as well.
 TOKENIZER_OPTIONS = (
@@ -223,8 +223,9 @@ class IndexDeclaration:
         if self.index_type == "IVF_PQ" and "num_sub_vectors" not in params and dimension:
             params["num_sub_vectors"] = _sub_vectors(dimension)
         # training samples per centroid: Lance's default (256) trains each partition table's
-        # quantizer on as many rows as one big dataset's; a quarter keeps recall and builds a
-        # namespace of many tables about 3x faster (docs/explanation/benchmarks.md, search)
+        # quantizer on as many rows as one big dataset's; an eighth keeps recall (refined
+        # results) and builds a namespace of many tables within a single dataset's build time
+        # (docs/explanation/benchmarks.md, search)
         params.setdefault("sample_rate", VECTOR_SAMPLE_RATE)
         return params
 

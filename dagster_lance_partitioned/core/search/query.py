@@ -18,12 +18,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..arrow_json import strip_field_ids
 from ..errors import SearchQueryError
-from ..filters import FilterLike
-from ..planning import ScanTask
-from ..scan import iter_task_batches, read_schema
-from ..state import HasState, NamespaceState, state_of
+from ..manifest.state import HasState, NamespaceState, state_of
+from ..read.filters import FilterLike
+from ..read.planning import ScanTask
+from ..read.scan import iter_task_batches, read_schema
+from ..schema.arrow_json import strip_field_ids
 from .build import describe
 from .catalog import declared
 from .declaration import METRICS, IndexDeclaration, vector_dimension

@@ -11,13 +11,13 @@ from typing import TypeVar
 import lance
 import pyarrow as pa
 
-from ..arrow_json import strip_field_ids
-from ..conform import conform_for_read
-from ..health import parallel_map
-from ..partition_constants import fill_constants
-from ..planning import ScanTask
-from ..scan import _filtered, _guarded, _layout, lance_filter, open_table, scan_concurrency
-from ..state import NamespaceState
+from ..concurrency import parallel_map
+from ..manifest.state import NamespaceState
+from ..read.planning import ScanTask
+from ..read.scan import _filtered, _guarded, _layout, lance_filter, open_table, scan_concurrency
+from ..schema.arrow_json import strip_field_ids
+from ..schema.conform import conform_for_read
+from ..spec.partition_constants import fill_constants
 
 DISTANCE = "_distance"  # vector search: the result column of distances (ascending)
 SCORE = "_score"  # full-text search: the result column of BM25 scores (descending)

@@ -34,9 +34,9 @@ import pyarrow.compute as pc
 from lance.query import MatchQuery
 
 from ..errors import SearchQueryError
-from ..filters import FilterLike
-from ..planning import ScanTask
-from ..state import NamespaceState
+from ..manifest.state import NamespaceState
+from ..read.filters import FilterLike
+from ..read.planning import ScanTask
 from .build import describe
 from .declaration import IndexDeclaration
 from .searched import SCORE, Searched, for_each_partition, open_searched, rows_by_id

@@ -18,20 +18,20 @@ from typing import ClassVar
 import lance
 import pyarrow as pa
 
-from .. import retire
-from ..commit_summary import WRITER_ID as WRITER_ID  # re-exported by .write
-from ..commit_summary import CommitSummary, Operation
 from ..errors import CommitConflictError
-from ..manifest import (
+from ..manifest import retire
+from ..manifest.commit_summary import WRITER_ID as WRITER_ID  # re-exported by .write
+from ..manifest.commit_summary import CommitSummary, Operation
+from ..manifest.edit import ManifestEdit
+from ..manifest.registration import add_table, pin_version, table_object_id
+from ..manifest.store import (
     ManifestSnapshot,
     ManifestStore,
     TableEntry,
     overwritten_ids,
     partition_field_columns,
 )
-from ..manifest_ops import ManifestEdit
-from ..registration import add_table, pin_version, table_object_id
-from ..spec import PartitionSpec
+from ..spec.partition_spec import PartitionSpec
 from .mode import WriteMode
 from .pending import BaseIndex, Key, PendingPartition
 from .result import PartitionWrite, WriteResult
@@ -166,7 +166,7 @@ class WriteCommit(ABC):
         ):
             # an upgrade switched the draft specs while this commit was in flight, and Lance
             # merged the two: give this write's rows their current-shape columns too
-            from ..compat import refill_after_switch
+            from ..ops.compat import refill_after_switch
 
             refill_after_switch(self.store, self.base.specs, self.schema)
         return WriteResult(

@@ -4,7 +4,7 @@ input). Nothing is committed here.
 
 A row's partition is the key the spec computes for it; the first row of a key decides where its
 table is: the table the base manifest version registers for it, else a new table whose partition
-namespaces and directory are named by a :class:`~..naming.Naming` (namespaces by the
+namespaces and directory are named by a :class:`~.manifest.naming.Naming` (namespaces by the
 namespace's naming key, directories at random or from a staged write's id)."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Any
 import pyarrow as pa
 
 from .. import storage
-from ..conform import check_write_schema, conform_for_write
 from ..errors import SchemaError, UnnamedPartitionError, WriteError
-from ..manifest import SEP, TABLE_NAME, ManifestSnapshot
-from ..naming import NamespaceNaming, Naming
-from ..ns_schema import dropped_names, full_schema
-from ..partitioner import Rows, SpecEvaluator
-from ..spec import PartitionSpec
+from ..manifest.naming import NamespaceNaming, Naming
+from ..manifest.store import SEP, TABLE_NAME, ManifestSnapshot
+from ..schema.conform import check_write_schema, conform_for_write
+from ..schema.namespace_schema import dropped_names, full_schema
+from ..spec.partition_spec import PartitionSpec
+from ..spec.partitioner import Rows, SpecEvaluator
 from .pending import BaseIndex, Key, PendingPartition
 from .table import TableWriter
 

@@ -16,16 +16,16 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import CommitConflictError
-from ..manifest import (
+from ..manifest.store import (
     SEP,
     TABLE_NAME,
     ManifestSnapshot,
     TableEntry,
     delete_empty_namespaces,
 )
-from ..spec import PartitionSpec, source_types
-from ..transforms import ExpressionTransform
-from ..windows import parse_window, window_values
+from ..spec.partition_spec import PartitionSpec, source_types
+from ..spec.transforms import ExpressionTransform
+from ..spec.windows import parse_window, window_values
 from .commit import Attempt, WriteCommit
 from .pending import Key, PendingPartition
 from .result import PartitionWrite

@@ -13,9 +13,9 @@ from typing import Any
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
-from ..manifest import SEP, TABLE_NAME, ManifestSnapshot, TableEntry
-from ..partitioner import Rows
-from ..spec import PartitionSpec
+from ..manifest.store import SEP, TABLE_NAME, ManifestSnapshot, TableEntry
+from ..spec.partition_spec import PartitionSpec
+from ..spec.partitioner import Rows
 
 Key = tuple[Any, ...]
 """A partition key: the partition values in spec field order, typed like the manifest."""

@@ -24,10 +24,10 @@ from lance.schema import LanceSchema
 from .. import storage
 from .. import table_version as tv
 from ..concurrency import LOCAL_TABLE_THREADS
-from ..conform import append_layout, column_sources, conform_to, same_layout
-from ..manifest import ManifestStore, TableEntry, table_location
-from ..partition_constants import fill_constants, identity_constants
-from ..spec import PartitionSpec
+from ..manifest.store import ManifestStore, TableEntry, table_location
+from ..schema.conform import append_layout, column_sources, conform_to, same_layout
+from ..spec.partition_constants import fill_constants, identity_constants
+from ..spec.partition_spec import PartitionSpec
 from .pending import Key, PendingPartition
 
 MAX_ROWS_PER_FILE = 1024 * 1024

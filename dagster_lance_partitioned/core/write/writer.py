@@ -12,12 +12,12 @@ import pyarrow as pa
 
 from .. import storage
 from ..concurrency import table_threads
-from ..conform import table_write_schema
-from ..manifest import ManifestSnapshot, ManifestStore
-from ..naming import Naming
+from ..manifest.naming import Naming
+from ..manifest.store import ManifestSnapshot, ManifestStore
+from ..schema.conform import table_write_schema
 from ..search.build import index_version
 from ..search.declaration import declarations
-from ..spec import PartitionSpec
+from ..spec.partition_spec import PartitionSpec
 from .append import AppendCommit
 from .commit import WriteCommit
 from .ingest import PartitionIngest

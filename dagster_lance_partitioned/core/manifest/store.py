@@ -1,0 +1,955 @@
+"""The ``__manifest`` table: its columns, loading one version of it, and committing changes to it
+as single Lance commits that rebase onto concurrent commits."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import secrets
+import string
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # not on POSIX: writers race optimistically
+    fcntl = None  # type: ignore[assignment]
+
+import lance
+import lance.commit
+import pyarrow as pa
+import pyarrow.compute as pc
+from lance import LanceOperation
+from lance.dataset import Transaction
+from lance.fragment import write_fragments
+
+from .. import storage
+from ..errors import (
+    CommitConflictError,
+    ManifestError,
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+    PartitionedNamespaceError,
+    StorageError,
+    clean_message,
+    is_storage_failure,
+    storage_error,
+)
+from ..schema.namespace_schema import (
+    SCHEMA_KEY as SCHEMA_KEY,  # re-exported: a manifest metadata key
+)
+from ..spec.partition_spec import PartitionSpec
+from . import retire
+from .commit_summary import (
+    PROP_OPERATION,
+    CommitSummary,
+    Operation,
+    creation_properties,
+)
+from .edit import ManifestEdit, build_transaction, upkeep
+
+MANIFEST_DIR = "__manifest"
+PK_KEY = "lance-schema:unenforced-primary-key:position"
+WRITER_FLAG_KEY = "lance.namespace.manifest.writer_feature_flags"
+# Our bit of the writer feature flags: the high bit 1 << 62 (Lance assigns bits from the bottom;
+# 1 = namespace lifecycle is taken, 2 is the next it will assign). Namespaces written before
+# Lance took the low bits carry the legacy value 2 and no high bit.
+WRITER_FLAG_BIT = 1 << 62
+LEGACY_WRITER_FLAG_BIT = 2
+WRITER_FLAG_VALUE = str(WRITER_FLAG_BIT)
+TABLE_NAME = "dataset"
+SEP = "$"
+COMMIT_PROPERTY_PREFIX = "dlp."
+# How long a commit keeps re-planning over concurrent commits before it gives up.
+COMMIT_TIMEOUT_SECONDS = 120.0
+COMMIT_LOCK = "_dlp_commit.lock"  # advisory turn-taking of local writers, see ManifestStore._turn
+# Manifests of at most this many rows are read whole for lookups (cheaper than a query).
+SMALL_MANIFEST_ROWS = 2_000
+ROW_ADDRESS = "_rowaddr"  # the column Lance adds for with_row_address=True
+CREATE_WAIT_SECONDS = 10.0  # how long an open waits for a concurrent creation to complete
+
+_NAME_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def base_manifest_schema() -> pa.Schema:
+    """The manifest columns every partitioned namespace has, before partition columns."""
+    return pa.schema(
+        [
+            pa.field("object_id", pa.utf8(), nullable=False, metadata={PK_KEY: "0"}),
+            pa.field("object_type", pa.utf8(), nullable=False),
+            pa.field("location", pa.utf8()),
+            pa.field("metadata", pa.utf8()),
+            pa.field("base_objects", pa.list_(pa.field("object_id", pa.utf8()))),
+            pa.field("read_version", pa.uint64()),
+            pa.field("read_branch", pa.utf8()),
+            pa.field("read_tag", pa.utf8()),
+        ]
+    )
+
+
+def writer_flags(existing: str | None) -> str:
+    """The writer feature flags with our bit OR-ed into ``existing`` (a decimal u64 bitmask).
+
+    ``existing`` carrying the legacy bit but not ours (a namespace written by an earlier
+    version of this package) has the legacy bit replaced by ours."""
+    flags = parse_writer_flags(existing)
+    if flags & LEGACY_WRITER_FLAG_BIT and not flags & WRITER_FLAG_BIT:
+        flags &= ~LEGACY_WRITER_FLAG_BIT
+    return str(flags | WRITER_FLAG_BIT)
+
+
+def parse_writer_flags(value: str | None) -> int:
+    """The writer feature flags of a ``__manifest`` (0 when unset)."""
+    if value is None or value == "":
+        return 0
+    try:
+        flags = int(value)
+    except ValueError:
+        raise ManifestError(f"{WRITER_FLAG_KEY} is not a decimal bitmask: {value!r}") from None
+    if not 0 <= flags < 1 << 64:
+        raise ManifestError(f"{WRITER_FLAG_KEY} is not a u64 bitmask: {value!r}")
+    return flags
+
+
+def random_name() -> str:
+    """A random 16-character ``a-z0-9`` partition-namespace name."""
+    return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(16))
+
+
+def table_location(object_id: str) -> str:
+    """A new table directory name, ``<8 random lowercase hex>_<object_id>``."""
+    return f"{secrets.token_hex(4)}_{object_id}"
+
+
+def partition_field_columns(specs: Iterable[PartitionSpec]) -> list[pa.Field]:
+    """Manifest columns for every partition field of every spec, in first-seen order."""
+    seen: dict[str, pa.Field] = {}
+    for spec in specs:
+        for f in spec.fields:
+            if f.column not in seen:
+                seen[f.column] = pa.field(f.column, f.result_type)
+            elif seen[f.column].type != f.result_type:
+                raise ManifestError(
+                    f"partition column {f.column!r} has types {seen[f.column].type} and "
+                    f"{f.result_type} in different specs"
+                )
+    return list(seen.values())
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """A registered partition table as one manifest version sees it."""
+
+    object_id: str
+    location: str
+    spec_id: int
+    values: tuple[Any, ...]  # partition values in the spec's field order
+    read_version: int | None
+    read_branch: str | None
+    read_tag: str | None
+    metadata: str | None = None
+
+    def partition_values(self, spec: PartitionSpec) -> dict[str, Any]:
+        """Partition values keyed by field id."""
+        return {f.field_id: v for f, v in zip(spec.fields, self.values, strict=True)}
+
+
+def _spec_id_of(object_id: str) -> int | None:
+    head = object_id.split(SEP, 1)[0]
+    if head.startswith("v") and head[1:].isdigit():
+        return int(head[1:])
+    return None
+
+
+class _VersionState:
+    """What this process learned of one ``__manifest`` version (shared by every snapshot of
+    it: a version never changes): that its object ids are unique, its row count, its rows
+    when read whole, and memoized lookups (:meth:`ManifestSnapshot.memo`)."""
+
+    __slots__ = (
+        "addresses",
+        "arrow_schema",
+        "dataset",
+        "memos",
+        "nbytes",
+        "row_count",
+        "table",
+        "verified",
+    )
+
+    def __init__(self) -> None:
+        self.dataset: lance.LanceDataset | None = None  # the first handle: warm for queries
+        self.verified = False
+        self.row_count: int | None = None
+        self.table: pa.Table | None = None
+        self.addresses: pa.ChunkedArray | None = None  # the row address of each row of table
+        self.arrow_schema: pa.Schema | None = None
+        self.memos: OrderedDict[Hashable, Any] = OrderedDict()
+        self.nbytes = 0  # of ``table``, counted against VERSION_CACHE_BYTES
+
+
+# Process-wide, per manifest version: bounded by entries and by the bytes of the rows kept.
+VERSION_CACHE_ENTRIES = 64
+VERSION_CACHE_BYTES = 256 * 1024 * 1024
+VERSION_MEMOS = 128  # memoized lookups per version (scan plans' manifest queries)
+_VERSIONS: OrderedDict[Hashable, _VersionState] = OrderedDict()
+_VERSIONS_LOCK = threading.Lock()
+_versions_bytes = 0
+
+
+def _version_key(dataset: lance.LanceDataset) -> Hashable:
+    """What identifies a manifest version's rows in this process: its URI, version and files
+    (data files carry random names, so a manifest re-created at the same path and version
+    number never shares a key with the one before)."""
+    files = []
+    for fragment in dataset.get_fragments():
+        meta = fragment.metadata
+        deletion = meta.deletion_file
+        files.append(
+            (
+                meta.id,
+                tuple(f.path for f in meta.files),
+                None if deletion is None else (deletion.id, deletion.read_version),
+            )
+        )
+    return (str(dataset.uri), int(dataset.version), tuple(files))
+
+
+def _options(dataset: lance.LanceDataset) -> Any:
+    return getattr(dataset, "_storage_options", None)
+
+
+def _version_state(key: Hashable) -> _VersionState:
+    with _VERSIONS_LOCK:
+        state = _VERSIONS.get(key)
+        if state is None:
+            state = _VERSIONS[key] = _VersionState()
+            _evict(keep=key)
+        else:
+            _VERSIONS.move_to_end(key)
+        return state
+
+
+def _evict(keep: Hashable) -> None:
+    """Drop the least recently used versions beyond the bounds (under the lock)."""
+    global _versions_bytes
+    while len(_VERSIONS) > 1 and (
+        len(_VERSIONS) > VERSION_CACHE_ENTRIES or _versions_bytes > VERSION_CACHE_BYTES
+    ):
+        key, state = next(iter(_VERSIONS.items()))
+        if key == keep:
+            _VERSIONS.move_to_end(key)
+            key, state = next(iter(_VERSIONS.items()))
+        del _VERSIONS[key]
+        _versions_bytes -= state.nbytes
+
+
+def _keep_table(
+    key: Hashable, state: _VersionState, table: pa.Table, addresses: pa.ChunkedArray
+) -> None:
+    """Keep ``table`` (the verified rows of a small manifest version) and the row address
+    of each row for later snapshots of it."""
+    global _versions_bytes
+    size = int(table.nbytes) + int(addresses.nbytes)
+    if table.num_rows > SMALL_MANIFEST_ROWS or size > VERSION_CACHE_BYTES:
+        return  # only small manifests are taken from memory (see ManifestSnapshot.verify)
+    with _VERSIONS_LOCK:
+        if state.table is not None:
+            return
+        state.table, state.addresses, state.nbytes = table, addresses, size
+        if _VERSIONS.get(key) is state:
+            _versions_bytes += size
+            _evict(keep=key)
+
+
+def clear_version_cache() -> None:
+    """Forget every manifest version this process has read (tests, benchmarks)."""
+    global _versions_bytes
+    with _VERSIONS_LOCK:
+        _VERSIONS.clear()
+        _versions_bytes = 0
+
+
+class ManifestSnapshot:
+    """One version of ``__manifest``: all rows, the table metadata and lookups over them.
+
+    What this process learned of a version (its object ids are unique, its row count, the
+    rows of a small one, memoized query results) is shared by every snapshot of it (see
+    :class:`_VersionState`)."""
+
+    def __init__(self, dataset: lance.LanceDataset, specs: list[PartitionSpec]) -> None:
+        self.dataset = dataset
+        self.version: int = dataset.version
+        self.metadata: dict[str, str] = dict(dataset.metadata)
+        self.specs = {s.spec_id: s for s in specs}
+        self._key = _version_key(dataset)
+        self._shared = _version_state(self._key)
+        self._specs_key: Hashable = tuple(sorted(self.specs.items()))
+        if self._shared.dataset is None:
+            self._shared.dataset = dataset
+        self._table: pa.Table | None = None
+        self._addresses: pa.ChunkedArray | None = None  # row address of each row of _table
+        self._counts: dict[int, int] | None = None
+        self._tables: list[TableEntry] | None = None
+        self._ns_index: dict[tuple[int, tuple[Any, ...]], str] | None = None
+        self._sentinel: str | None = None
+        self._verified = False
+
+    @property
+    def table(self) -> pa.Table:
+        """Every row of this manifest version (read on first use; refused when an object id
+        occurs twice, see :meth:`check_unique`)."""
+        if self._table is None:
+            with self.reading():
+                rows = self.dataset.to_table(with_row_address=True)
+            # the addresses serve row-level commits (deletion vectors) without a re-read
+            addresses = rows.column(ROW_ADDRESS)
+            rows = rows.drop_columns([ROW_ADDRESS])
+            self._table = self.check_unique(rows)
+            self._addresses = addresses
+            self._verified = self._shared.verified = True
+            self._shared.row_count = int(rows.num_rows)
+            _keep_table(self._key, self._shared, self._table, addresses)
+        return self._table
+
+    @property
+    def query_dataset(self) -> lance.LanceDataset:
+        """A handle of this version for queries: the first one this process opened (Lance
+        caches file metadata per handle, so a query through a handle used before is several
+        times faster than through a fresh one), when opened with the same storage options."""
+        shared = self._shared.dataset
+        if shared is not None and _options(shared) == _options(self.dataset):
+            return shared
+        return self.dataset
+
+    def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per manifest version, specs and ``key`` in this process (a
+        version never changes; the least recently used results are dropped beyond
+        :data:`VERSION_MEMOS`). For immutable results only: they are shared."""
+        full = (self._specs_key, key)
+        memos = self._shared.memos
+        try:
+            with _VERSIONS_LOCK:
+                if full in memos:
+                    memos.move_to_end(full)
+                    return memos[full]
+        except TypeError:  # an unhashable key: not memoized
+            return compute()
+        value = compute()  # outside the lock: two threads may both compute it, harmlessly
+        with _VERSIONS_LOCK:
+            memos[full] = value
+            while len(memos) > VERSION_MEMOS:
+                memos.popitem(last=False)
+        return value
+
+    @property
+    def root(self) -> str:
+        """The namespace root this manifest belongs to."""
+        return str(self.dataset.uri).rstrip("/").removesuffix(MANIFEST_DIR).rstrip("/")
+
+    def check_unique(self, rows: pa.Table) -> pa.Table:
+        """``rows`` (read from this manifest version) when no object id occurs in them twice;
+        else :class:`ManifestError` naming the ids (a row duplicated, or two rows sharing an
+        id, written around this package). One vectorised pass over ``object_id``."""
+        if "object_id" not in rows.column_names:
+            return rows
+        repeated = duplicate_ids(rows.column("object_id"))
+        if repeated:
+            listed = ", ".join(f"{oid!r} ({n} rows)" for oid, n in repeated[:5])
+            more = f" and {len(repeated) - 5} more" if len(repeated) > 5 else ""
+            raise ManifestError(
+                f"{self.root}: __manifest version {self.version} lists object id(s) more than "
+                f"once: {listed}{more}. Each object must have one row; the manifest was changed "
+                "outside this package. Nothing was read or written; restore an earlier manifest "
+                "version or remove the extra rows"
+            )
+        return rows
+
+    def verify(self, latest: bool = False) -> ManifestSnapshot:
+        """This snapshot, after checking that no object id of its version occurs twice (see
+        :meth:`check_unique`): a small manifest is read whole (and kept for later lookups), a
+        large one only its ``object_id`` column.
+
+        ``latest``: the version was just found to be the latest (so its files are all there):
+        when this process has checked it already, a small one's rows are taken from memory
+        and a large one is not read again. Otherwise the version is read (its files may be
+        gone: an old version a cleanup removed)."""
+        if self._verified:
+            return self
+        shared = self._shared
+        reuse = latest and shared.verified
+        if self._table is not None:
+            pass  # checked as it was read
+        elif self.is_small():
+            if reuse and shared.table is not None:
+                # read (and checked) by this process already
+                self._table, self._addresses = shared.table, shared.addresses
+            else:
+                _ = self.table  # checked as it is read
+        elif not reuse:
+            with self.reading():
+                ids = self.dataset.to_table(columns=["object_id"])
+            self.check_unique(ids)
+        self._verified = shared.verified = True
+        return self
+
+    @contextlib.contextmanager
+    def reading(self, what: str = "reading __manifest") -> Iterator[None]:
+        """Raw Lance / Arrow failures inside become :class:`StorageError` naming the manifest
+        version and the file (and, when the version is no longer the latest, that a cleanup
+        may have removed its files)."""
+        try:
+            yield
+        except Exception as e:
+            if is_storage_failure(e):
+                at = f"{what} version {self.version}{self._stale_hint()}"
+                raise storage_error(e, self.root, at) from None
+            raise
+
+    def _stale_hint(self) -> str:
+        """Why reading this version may fail: a newer one exists (best effort, error path)."""
+        try:
+            latest = int(self.dataset.latest_version)
+        except Exception:
+            return ""
+        if latest <= self.version:
+            return ""
+        return (
+            f" (the latest is version {latest}; a cleanup may have removed files of this one: "
+            "refresh to read the latest)"
+        )
+
+    def row_count(self) -> int:
+        """How many rows this manifest version has (without reading them)."""
+        if self._table is not None:
+            return int(self._table.num_rows)
+        if self._shared.row_count is None:
+            with self.reading():
+                self._shared.row_count = int(self.dataset.count_rows())
+        return self._shared.row_count
+
+    @property
+    def loaded(self) -> bool:
+        """Whether every row has been read already."""
+        return self._table is not None
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The manifest's Arrow schema (including unknown columns)."""
+        if self._shared.arrow_schema is None:
+            self._shared.arrow_schema = self.dataset.schema
+        return self._shared.arrow_schema
+
+    def table_counts(self) -> dict[int, int]:
+        """Registered partition tables per spec version (without reading every row)."""
+        if self._counts is None:
+            self._counts = self.memo(("table_counts",), self._count_tables)
+        return self._counts
+
+    def _count_tables(self) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        if self.loaded:
+            for t in self.tables():
+                counts[t.spec_id] = counts.get(t.spec_id, 0) + 1
+        else:
+            for sid in self.specs:
+                with self.reading():
+                    counts[sid] = self.query_dataset.count_rows(
+                        f"object_type = 'table' AND object_id LIKE 'v{sid}{SEP}%'"
+                    )
+        return counts
+
+    def entries(self, rows: pa.Table) -> list[TableEntry]:
+        """Table entries of manifest ``rows`` (e.g. the result of a filtered query)."""
+        return ManifestSnapshot._entries(rows, self.specs)[0]
+
+    def tables(self) -> list[TableEntry]:
+        """Every registered partition table, in manifest order."""
+        if self._tables is None:
+            self._tables, self._ns_index = self._entries(self.table, self.specs)
+        return self._tables
+
+    def namespace_ids(self) -> dict[tuple[int, tuple[Any, ...]], str]:
+        """(spec id, values of the levels so far) -> object id of that partition namespace."""
+        if self._ns_index is None:
+            self._tables, self._ns_index = self._entries(self.table, self.specs)
+        return self._ns_index
+
+    @staticmethod
+    def _entries(
+        rows: pa.Table, specs: dict[int, PartitionSpec]
+    ) -> tuple[list[TableEntry], dict[tuple[int, tuple[Any, ...]], str]]:
+        """Table entries and the partition-namespace index of manifest ``rows``, per spec
+        version (rows of unknown versions and other objects are ignored)."""
+        tables: list[TableEntry] = []
+        ns_index: dict[tuple[int, tuple[Any, ...]], str] = {}
+        if rows.num_rows == 0:
+            return tables, ns_index
+        ids = rows.column("object_id")
+        types = rows.column("object_type")
+        depth = pc.subtract(pc.list_value_length(pc.split_pattern(ids, SEP)), 1)
+
+        def column(sub: pa.Table, name: str) -> list[Any]:
+            if name in sub.column_names:
+                return list(sub.column(name).to_pylist())
+            return [None] * sub.num_rows
+
+        for spec in specs.values():
+            in_spec = pc.starts_with(ids, f"v{spec.spec_id}{SEP}")
+            sub = rows.filter(pc.and_(in_spec, pc.equal(types, "table")))
+            locations = column(sub, "location")
+            if any(loc is None for loc in locations):
+                bad = column(sub, "object_id")[locations.index(None)]
+                raise ManifestError(f"manifest table row {bad!r} has no location")
+            values = list(zip(*(column(sub, f.column) for f in spec.fields), strict=True))
+            for oid, loc, vals, rv, rb, rt, meta in zip(
+                column(sub, "object_id"),
+                locations,
+                values,
+                column(sub, "read_version"),
+                column(sub, "read_branch"),
+                column(sub, "read_tag"),
+                column(sub, "metadata"),
+                strict=True,
+            ):
+                tables.append(TableEntry(oid, loc, spec.spec_id, vals, rv, rb, rt, meta))
+            is_ns = pc.and_(in_spec, pc.equal(types, "namespace"))
+            for level in range(1, len(spec.fields) + 1):
+                sub = rows.filter(pc.and_(is_ns, pc.equal(depth, level)))
+                level_values = zip(
+                    *(column(sub, f.column) for f in spec.fields[:level]), strict=True
+                )
+                for oid, vals in zip(column(sub, "object_id"), level_values, strict=True):
+                    ns_index[(spec.spec_id, vals)] = oid
+        return tables, ns_index
+
+    def table_index(self, spec_id: int) -> dict[tuple[Any, ...], TableEntry]:
+        """Partition values -> table, for one spec version."""
+        return {t.values: t for t in self.tables() if t.spec_id == spec_id}
+
+    # -- targeted lookups (a large manifest is queried, never read whole) -----------------------
+    def rows_where(
+        self, where: pc.Expression, columns: list[str] | None = None, with_address: bool = False
+    ) -> pa.Table:
+        """The manifest rows matching ``where`` (all columns unless ``columns``; with
+        ``_rowaddr`` when ``with_address``), from memory when loaded, else by an (indexed)
+        Lance scan."""
+        if self._table is not None and not with_address:
+            rows = self._table.filter(where)
+            return rows if columns is None else rows.select(columns)
+        if self._table is not None and self._addresses is not None:
+            rows = self._table.append_column(ROW_ADDRESS, self._addresses).filter(where)
+            return rows if columns is None else rows.select([*columns, ROW_ADDRESS])
+        with self.reading("querying __manifest"):
+            rows = self.dataset.to_table(
+                columns=columns, filter=where, with_row_address=with_address
+            )
+        return self.check_unique(rows)
+
+    def rows_by_id(self, object_ids: Iterable[str], with_address: bool = False) -> pa.Table:
+        """Every column of the rows with ``object_ids``."""
+        ids = pa.array(sorted(set(object_ids)), pa.utf8())
+        return self.rows_where(pc.field("object_id").isin(ids), with_address=with_address)
+
+    def sentinel_id(self) -> str | None:
+        """The row every row-level commit re-writes (the first spec namespace, ``v<N>``), so
+        that concurrent commits always conflict; None when the manifest has no such row."""
+        if self._sentinel is None:
+            # spec namespace rows are never removed and later ones sort after: once found,
+            # the sentinel of a manifest never changes
+            self._sentinel = _SENTINELS.get(self.dataset.uri)
+        if self._sentinel is None:
+            rows = self.rows_where(
+                pc.field("object_type") == "namespace", columns=["object_id"]
+            ).column("object_id")
+            spec_rows = [oid for oid in rows.to_pylist() if SEP not in oid]
+            self._sentinel = min(spec_rows, key=_spec_order) if spec_rows else ""
+            if self._sentinel:
+                _SENTINELS[self.dataset.uri] = self._sentinel
+        return self._sentinel or None
+
+    def forget_sentinel(self) -> None:
+        """Drop the cached sentinel (it was not found in this version)."""
+        _SENTINELS.pop(self.dataset.uri, None)
+        self._sentinel = ""
+
+    def find_tables(
+        self, spec: PartitionSpec, keys: Iterable[tuple[Any, ...]]
+    ) -> dict[tuple[Any, ...], TableEntry]:
+        """The registered tables of ``spec`` with partition values ``keys``."""
+        wanted = set(keys)
+        if not wanted:
+            return {}
+        if self._tables is not None or self.is_small():
+            index = self.table_index(spec.spec_id)
+            return {k: index[k] for k in wanted if k in index}
+        where = _values_filter(spec, len(spec.fields), wanted) & (
+            pc.field("object_type") == "table"
+        )
+        found = self.entries(self.rows_where(where))
+        return {t.values: t for t in found if t.spec_id == spec.spec_id and t.values in wanted}
+
+    def find_namespaces(
+        self, spec: PartitionSpec, prefixes: Iterable[tuple[Any, ...]]
+    ) -> dict[tuple[int, tuple[Any, ...]], str]:
+        """(spec id, values of the levels so far) -> object id of the partition namespaces of
+        ``spec`` at ``prefixes``."""
+        wanted = {(spec.spec_id, p) for p in prefixes}
+        if not wanted:
+            return {}
+        if self._ns_index is not None or self.is_small():
+            index = self.namespace_ids()
+        else:
+            where = _values_filter(spec, 1, {p[:1] for _, p in wanted}) & (
+                pc.field("object_type") == "namespace"
+            )
+            index = ManifestSnapshot._entries(self.rows_where(where), {spec.spec_id: spec})[1]
+        return {k: index[k] for k in wanted if k in index}
+
+    def is_small(self) -> bool:
+        """Whether reading every row is cheaper than querying it (see
+        :data:`SMALL_MANIFEST_ROWS`)."""
+        return self.row_count() <= SMALL_MANIFEST_ROWS
+
+
+def duplicate_ids(ids: pa.Array | pa.ChunkedArray) -> list[tuple[str, int]]:
+    """(object id, rows) of every id occurring more than once in ``ids``, sorted (empty, at the
+    cost of one hash pass, when all are distinct)."""
+    if len(ids) < 2 or len(pc.unique(ids)) == len(ids):
+        return []
+    counts = pc.value_counts(ids)
+    repeated = counts.filter(pc.greater(counts.field("counts"), 1))
+    return sorted(
+        zip(
+            repeated.field("values").to_pylist(),
+            repeated.field("counts").to_pylist(),
+            strict=True,
+        ),
+        key=lambda r: (r[0] is None, r[0] or ""),
+    )
+
+
+_HELD = threading.local()  # manifest paths whose commit turn this thread holds
+_SENTINELS: dict[str, str] = {}  # manifest uri -> its sentinel row's object id
+
+
+def _spec_order(object_id: str) -> tuple[int, str]:
+    spec_id = _spec_id_of(object_id + SEP)
+    return (spec_id if spec_id is not None else 1 << 62, object_id)
+
+
+def _values_filter(spec: PartitionSpec, levels: int, keys: set[tuple[Any, ...]]) -> pc.Expression:
+    """A filter keeping (at least) the manifest rows whose first ``levels`` partition columns of
+    ``spec`` take the values of one of ``keys`` (each column tested against its values)."""
+    where = pc.scalar(True)
+    for i, f in enumerate(spec.fields[:levels]):
+        values = {k[i] for k in keys}
+        present = [v for v in values if v is not None]
+        test = None
+        if present:
+            test = pc.field(f.column).isin(pa.array(present, f.result_type))
+        if None in values:
+            null = pc.field(f.column).is_null()
+            test = null if test is None else test | null
+        where = where & test
+    return where
+
+
+class ManifestStore:
+    """Reads and commits the ``__manifest`` table of one root."""
+
+    def __init__(self, root: str, storage_options: dict[str, str] | None = None) -> None:
+        self.root = root
+        self.storage_options = storage_options
+        self.uri = storage.join(root, MANIFEST_DIR)
+        self._properties: dict[int, dict[str, str] | None] = {}
+
+    def exists(self) -> bool:
+        """Whether a ``__manifest`` table exists at the root."""
+        try:
+            self.dataset()
+        except NamespaceNotFoundError:
+            return False
+        return True
+
+    def dataset(self, version: int | None = None) -> lance.LanceDataset:
+        """The ``__manifest`` Lance dataset, latest or at ``version``."""
+        try:
+            return lance.dataset(
+                self.uri,
+                version=version,
+                storage_options=self.storage_options,
+                session=storage.lance_session(),
+            )
+        except (ValueError, OSError, FileNotFoundError) as first:
+            error: BaseException = first
+        if not storage.manifest_exists(self.uri, self.storage_options):
+            raise NamespaceNotFoundError(
+                f"{self.root}: no partitioned namespace here (no readable __manifest table)"
+            )
+        if version is None:
+            try:  # created between the failed open and the check: open it now
+                return lance.dataset(
+                    self.uri,
+                    storage_options=self.storage_options,
+                    session=storage.lance_session(),
+                )
+            except (ValueError, OSError, FileNotFoundError) as again:
+                error = again
+        if version is not None and "not found" in str(error).lower():
+            raise ManifestError(
+                f"{self.uri}: no manifest version {version}: {clean_message(error)}"
+            )
+        at = "latest version" if version is None else f"version {version}"
+        if version is None and (newest := self._newest_version_file()):
+            at += f", {MANIFEST_DIR}/_versions/{newest}"
+        raise storage_error(error, self.root, f"opening __manifest ({at})")
+
+    def create(self, rows: pa.Table, metadata: dict[str, str]) -> lance.LanceDataset:
+        """Create ``__manifest`` holding ``rows`` with table ``metadata``; never replaces an
+        existing manifest: of racing creators exactly one wins, the others get
+        :class:`NamespaceExistsError`.
+
+        Version 1 (the rows) is committed put-if-absent on top of "no dataset"; version 2 sets
+        the metadata. Between the two the manifest is incomplete, which :meth:`open_latest`
+        waits out."""
+        exists = NamespaceExistsError(f"{self.root}: a __manifest table already exists here")
+        if self.exists_on_storage():
+            raise exists
+        self.check_store()
+        try:
+            frags = write_fragments(
+                rows,
+                self.uri,
+                schema=rows.schema,
+                mode="create",
+                storage_options=self.storage_options,
+                session=storage.lance_session(),
+            )
+            tx = Transaction(
+                read_version=0,
+                operation=LanceOperation.Overwrite(rows.schema, frags),
+                transaction_properties={
+                    COMMIT_PROPERTY_PREFIX + k: v for k, v in creation_properties().items()
+                },
+            )
+            ds = lance.LanceDataset.commit(
+                self.uri, tx, storage_options=self.storage_options, max_retries=0
+            )
+        except (lance.commit.CommitConflictError, OSError, ValueError) as e:
+            if self.exists_on_storage():
+                raise exists from None  # another creator's version 1 landed first
+            raise StorageError(
+                f"{self.root}: cannot create __manifest: {clean_message(e)}",
+                namespace=self.root,
+                path=self.uri,
+            ) from None
+        if ds.version != 1:  # Lance put our create on top of a manifest that appeared
+            raise exists
+        return self.update_metadata(metadata, base_version=1, operation=Operation.CREATE)
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """On a local filesystem, writers on this machine take turns at the manifest commit
+        (an advisory ``flock`` on ``__manifest/_dlp_commit.lock``), so concurrent writers do
+        not waste attempts on each other; correctness never depends on it (Lance detects
+        concurrent commits everywhere), and object stores race optimistically."""
+        path = storage.local_path(self.uri)
+        held = _HELD.__dict__.setdefault("paths", set())
+        if path is None or fcntl is None or path in held:  # (a commit nested in a commit)
+            yield
+            return
+        try:
+            fd = os.open(os.path.join(path, COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            yield  # read-only or gone: no turn-taking
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held.add(path)
+            yield
+        finally:
+            held.discard(path)
+            os.close(fd)  # releases the lock
+
+    def check_store(self) -> None:
+        """Refuse to commit to an object store without put-if-absent (probed once per store;
+        see :mod:`.conditional_put`)."""
+        from ..conditional_put import ensure_conditional_put
+
+        ensure_conditional_put(self.root, self.storage_options)
+
+    def _newest_version_file(self) -> str | None:
+        """The name of the newest version file under ``_versions`` (best effort)."""
+        try:
+            files = storage.list_files(storage.join(self.uri, "_versions"), self.storage_options)
+        except Exception:
+            return None
+        versions = {}
+        for f in files:
+            stem = f.path.removesuffix(".manifest")
+            if f.path.endswith(".manifest") and stem.isdigit():
+                # V2 names count down from u64::MAX, V1 names count up
+                versions[_U64_MAX - int(stem) if len(stem) == 20 else int(stem)] = f.path
+        return versions[max(versions)] if versions else None
+
+    def exists_on_storage(self) -> bool:
+        """Whether any ``__manifest`` version file exists (even an incomplete creation)."""
+        return storage.manifest_exists(self.uri, self.storage_options)
+
+    def open_latest(self, wait: float = CREATE_WAIT_SECONDS) -> lance.LanceDataset:
+        """The latest ``__manifest``; while a creation is between its two commits (version 1
+        without table metadata), wait up to ``wait`` seconds for it to complete."""
+        deadline = time.monotonic() + wait
+        while True:
+            ds = self.dataset()
+            if not being_created(ds) or time.monotonic() > deadline:
+                return ds
+            time.sleep(0.02)
+
+    def update_metadata(
+        self, values: dict[str, str], base_version: int, operation: Operation = Operation.METADATA
+    ) -> lance.LanceDataset:
+        """Set table-metadata keys in one commit planned on ``base_version`` (through
+        :meth:`commit`; :class:`CommitConflictError` when the latest version is another)."""
+
+        def plan(snap: ManifestSnapshot) -> ManifestEdit:
+            if snap.version != base_version:
+                raise CommitConflictError(
+                    f"{self.uri}: manifest moved from version {base_version} to {snap.version} "
+                    "before this metadata change; retry it"
+                )
+            return ManifestEdit(
+                metadata=dict(values), properties=CommitSummary(operation).to_properties()
+            )
+
+        return self.commit(lambda ds: ManifestSnapshot(ds, []), plan).dataset
+
+    def commit(
+        self,
+        load: Callable[[lance.LanceDataset], ManifestSnapshot],
+        plan: Callable[[ManifestSnapshot], ManifestEdit | None],
+        timeout: float = COMMIT_TIMEOUT_SECONDS,
+    ) -> ManifestSnapshot:
+        """Apply ``plan(latest snapshot)`` as one Lance commit (row-level: only the changed rows
+        are written, see :func:`~.edit.build_transaction`); on a concurrent commit,
+        reload the latest manifest and plan again, backing off with jitter, until ``timeout``
+        seconds have passed (then :class:`CommitConflictError`; ``plan`` raises to give up, or
+        returns None when there is nothing to commit: the snapshot it saw is returned).
+
+        This is the one way ``__manifest`` changes after its creation: rows and table metadata
+        (schema, specs, writer flags) alike."""
+        self.check_store()
+        deadline = time.monotonic() + timeout
+        delay = 0.005
+        attempts = 0
+        while True:
+            attempts += 1
+            snap: ManifestSnapshot | None = None
+            try:
+                with self._turn():
+                    snap = load(self.dataset())
+                    edit = plan(snap)
+                    if edit is None:
+                        return snap
+                    retire.check(self, snap, edit.uses)
+                    props = {COMMIT_PROPERTY_PREFIX + k: v for k, v in edit.properties.items()}
+                    tx = build_transaction(snap, edit, self.storage_options, props)
+                    # through the open handle: Lance checks for a concurrent commit all the same
+                    ds = lance.LanceDataset.commit(
+                        snap.dataset, tx, storage_options=self.storage_options, max_retries=0
+                    )
+            except Exception as e:
+                lost_race = isinstance(e, (lance.commit.CommitConflictError, OSError))
+                if not ((lost_race and _is_conflict(e)) or self._moved_on(snap, e)):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise CommitConflictError(
+                        f"{self.uri}: gave up after {attempts} attempts in {timeout:.0f} s of "
+                        "concurrent manifest commits; nothing of this commit is visible, retry it"
+                    ) from None
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.1)
+                continue
+            committed = load(ds)
+            upkeep(ds)
+            return committed
+
+    def _moved_on(self, snap: ManifestSnapshot | None, error: Exception) -> bool:
+        """Whether ``error``, raised while planning on ``snap``, is a read of files a cleanup
+        removed after a later manifest version superseded ``snap`` (then plan again)."""
+        if snap is None or not (isinstance(error, StorageError) or is_storage_failure(error)):
+            return False
+        try:
+            return bool(self.dataset().version != snap.version)
+        except PartitionedNamespaceError:
+            return False
+
+    def commit_properties(
+        self, version: int, via: lance.LanceDataset | None = None
+    ) -> dict[str, str] | None:
+        """This package's properties of the commit that made ``version`` (None: not ours);
+        ``via`` is an open handle of any later version to read it through. Cached: a version
+        never changes."""
+        if version in self._properties:
+            return self._properties[version]
+        ds = via if via is not None and via.version >= version else self.dataset(version)
+        tx = ds.read_transaction(version)
+        props = (tx.transaction_properties or {}) if tx is not None else {}
+        ours = {
+            k[len(COMMIT_PROPERTY_PREFIX) :]: v
+            for k, v in props.items()
+            if k.startswith(COMMIT_PROPERTY_PREFIX)
+        }
+        self._properties[version] = ours or None
+        return ours or None
+
+
+def delete_empty_namespaces(snap: ManifestSnapshot, edit: ManifestEdit) -> None:
+    """Add to ``edit`` the deletion of every partition namespace of ``snap`` that would be left
+    with no table beneath it (tables ``edit`` registers count, those it deletes do not)."""
+    tables = {t.object_id for t in snap.tables()} - edit.deletes
+    tables |= {oid for oid, cols in edit.upserts.items() if cols.get("object_type") == "table"}
+    ancestors = {
+        SEP.join(oid.split(SEP)[:i]) for oid in tables for i in range(1, oid.count(SEP) + 1)
+    }
+    for ns_oid in snap.namespace_ids().values():
+        if ns_oid not in ancestors:
+            edit.deletes.add(ns_oid)
+
+
+_U64_MAX = (1 << 64) - 1
+
+
+def being_created(ds: lance.LanceDataset) -> bool:
+    """Whether ``ds`` is a ``__manifest`` this package is creating: only its first version,
+    made by our create commit, and no table metadata yet."""
+    if ds.version != 1 or ds.metadata:
+        return False
+    try:
+        tx = ds.read_transaction(1)
+    except (OSError, ValueError):
+        return False
+    props = (tx.transaction_properties or {}) if tx is not None else {}
+    return props.get(COMMIT_PROPERTY_PREFIX + PROP_OPERATION) == Operation.CREATE
+
+
+def _is_conflict(e: Exception) -> bool:
+    if isinstance(e, lance.commit.CommitConflictError):
+        return True
+    text = str(e).lower()
+    return any(w in text for w in ("conflict", "preempted", "already exists", "incompatible"))
+
+
+def overwritten_ids(properties: dict[str, str] | None) -> set[str] | None:
+    """Table object ids a commit replaced (``None``: unknown, treat every table as replaced),
+    from its properties (None: not this package's commit)."""
+    if properties is None:
+        return None
+    ids = CommitSummary.from_properties(properties).overwritten
+    return None if ids is None else set(ids)

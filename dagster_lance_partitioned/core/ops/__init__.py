@@ -1,0 +1,6 @@
+"""Maintenance and inspection of a namespace, as ``ns.maintenance`` and ``ns.inspect`` group
+them (:mod:`.groups`): compaction, cleanup, vacuum and partition drops (:mod:`.maintenance`),
+health checks (:mod:`.health`), commit history (:mod:`.history`), and the one-off conversions:
+importing a Hive tree (:mod:`.hive`) and upgrading the draft shape (:mod:`.compat`).
+
+Nothing is re-exported here: import from the modules."""
