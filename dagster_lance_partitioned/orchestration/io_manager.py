@@ -523,8 +523,7 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         modes and (``check_rows``) that every row is a targeted key; True when the output's
         partitioning differs from the namespace's current spec. Concurrent runs making the
         same changes converge when they commit (see :mod:`~..core.transaction`)."""
-        ns.refresh()
-        tx = ns.transaction()
+        tx = ns.transaction()  # ns was just opened: the changes are checked on its version
         fields = self._fields(asset, self._target(ns, schema), layout, meta)
         added, widened = self._schema_changes(ns, schema)
         changes_spec = not self._same_spec(ns, fields)
