@@ -39,7 +39,7 @@ from .schema.namespace_schema import check_columns
 from .schema.namespace_schema import snapshot_schema as snapshot_schema  # re-exported
 from .spec.partition_spec import PartitionField, PartitionSpec, SpecField, resolve_fields
 from .spec.partitioner import SpecEvaluator
-from .write import PartitionWriter, WriteMode, WriteResult
+from .write import WriteMode, WriteResult
 
 if TYPE_CHECKING:
     from .row_changes import RowChangeResult
@@ -244,23 +244,11 @@ class PartitionedNamespace:
         self.refresh()
         if ensure_naming_key(self._state.store, self._state.snapshot):
             self.refresh()
-        writer = PartitionWriter(
-            self._state.store,
-            self._state.snapshot,
-            self.schema_with_ids,
-            self.current_spec,
-            mode,
-            commit_properties=commit_properties,
-            partitions=partitions,
+        from .transaction import write_rows
+
+        return write_rows(
+            self._state, data, mode, commit_properties=commit_properties, partitions=partitions
         )
-        result = writer.write(data)
-        committed = writer.manifest_commit.committed
-        if committed is not None and committed.version == result.manifest_version:
-            # the version this write made, from the verified one it was planned on: no re-read
-            self._state.snapshot = committed
-        else:
-            self.refresh()
-        return result
 
     # -- read ---------------------------------------------------------------------------------
     @storage_boundary("planning a scan")

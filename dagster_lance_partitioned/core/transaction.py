@@ -91,7 +91,7 @@ class Transaction:
         self._state = state
         self.id = uuid.uuid4().hex
         self._steps: list[MetadataStep] = []
-        self._begun = state.snapshot.metadata  # the version the calls are checked on
+        self._begun = dict(state.snapshot.metadata)  # the version the calls are checked on
         self._metadata = dict(self._begun)  # as the calls so far leave it
         self._data: tuple[str, DataOperation] | None = None
         self._operations: list[str] = []
@@ -370,7 +370,7 @@ def write_rows(
 ) -> WriteResult:
     """Write ``data`` into the namespace version ``state`` reads, partitioned by its current
     spec, in one manifest commit (see ``PartitionedNamespace.write``); ``state`` moves to the
-    version made."""
+    version made (or, when nothing was committed, to the latest)."""
     writer = PartitionWriter(
         state.store,
         state.snapshot,
@@ -380,7 +380,14 @@ def write_rows(
         commit_properties=commit_properties,
         partitions=partitions,
     )
-    return writer.write(data)
+    result = writer.write(data)
+    committed = writer.manifest_commit.committed
+    if committed is not None and committed.version == result.manifest_version:
+        # the version this write made, from the verified one it was planned on: no re-read
+        state.snapshot = committed
+    elif not state.pinned:
+        state.refresh()
+    return result
 
 
 __all__ = ["Transaction", "TransactionResult", "write_rows"]
