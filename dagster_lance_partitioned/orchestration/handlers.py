@@ -21,7 +21,6 @@ import pyarrow as pa
 
 from ..core.namespace import PartitionedNamespace
 from ..core.row_changes import RowChangeResult
-from ..core.spec.partition_spec import PartitionSpec
 from ..core.transaction import Transaction
 from ..core.write import WriteMode, WriteResult
 from .errors import UnsupportedTypeError
@@ -29,56 +28,10 @@ from .errors import UnsupportedTypeError
 T = TypeVar("T")
 
 
-class InTransaction:
-    """A namespace as a transaction sees it: a type handler writes or merges into it as into
-    a :class:`PartitionedNamespace`, and its write joins the transaction's schema and spec
-    changes (the result comes with the transaction's; these methods return None)."""
-
-    def __init__(self, ns: PartitionedNamespace, tx: Transaction) -> None:
-        self.namespace = ns
-        self.transaction = tx
-
-    @property
-    def uri(self) -> str:
-        """The namespace root."""
-        return self.namespace.uri
-
-    @property
-    def storage_options(self) -> dict[str, str] | None:
-        """Storage options of the namespace's tables."""
-        return self.namespace.storage_options
-
-    @property
-    def schema(self) -> pa.Schema:
-        """The schema the write is made under (the transaction's changes applied)."""
-        return self.transaction.schema
-
-    @property
-    def current_spec(self) -> PartitionSpec:
-        """The spec the write is partitioned by (the transaction's changes applied)."""
-        return self.transaction.current_spec
-
-    def write(
-        self,
-        data: Any,
-        mode: WriteMode = "append",
-        *,
-        commit_properties: dict[str, str] | None = None,
-        partitions: Sequence[Mapping[str, Any]] | None = None,
-    ) -> None:
-        """``PartitionedNamespace.write``, in the transaction."""
-        self.transaction.write(
-            data, mode, commit_properties=commit_properties, partitions=partitions
-        )
-
-    def merge_insert(self, data: Any, on: str | Sequence[str], **options: Any) -> None:
-        """``PartitionedNamespace.merge_insert`` (the same keyword options), in the
-        transaction."""
-        self.transaction.merge_insert(data, on, **options)
-
-
-WriteTarget = PartitionedNamespace | InTransaction
-"""Where a handler writes: a namespace, or one inside a transaction."""
+WriteTarget = PartitionedNamespace | Transaction
+"""Where a handler writes: a namespace, or a transaction (its ``write`` / ``merge_insert`` join
+the transaction's schema and spec changes and return None: the result comes with the
+transaction's)."""
 
 
 @dataclass(frozen=True)
@@ -330,16 +283,15 @@ class SparkHandler(TypeHandler[Any]):
 
         register(obj.sparkSession)  # idempotent; the session may not know the format yet
         # in a transaction, the Spark driver commits its changes just before the data
-        changes = ns.transaction.detach_changes() if isinstance(ns, InTransaction) else None
-        target = ns.namespace if isinstance(ns, InTransaction) else ns
+        changes = ns.detach_changes() if isinstance(ns, Transaction) else None
         # the result comes back through the namespace (the commit records it), also from a
         # Spark Connect server on another machine; None: Spark committed nothing
         result = write_dataframe(
             obj,
-            target.uri,
+            ns.uri,
             request.mode,
             partition_values=request.partitions,
-            storage_options=target.storage_options,
+            storage_options=ns.storage_options,
             commit_properties=dict(request.commit_properties),
             changes=changes,
         )
@@ -347,7 +299,9 @@ class SparkHandler(TypeHandler[Any]):
         if result is None and request.partitions and request.mode == "overwrite_partitions":
             # Spark committed nothing (no rows): the named partitions still become empty
             empty = pa.Table.from_batches([], schema=self.schema(obj))
-            result = target.write(
+            if isinstance(ns, Transaction):  # its changes are committed by now
+                ns = PartitionedNamespace.open(ns.uri, ns.storage_options)
+            result = ns.write(
                 empty,
                 request.mode,
                 partitions=request.partitions,
@@ -360,10 +314,8 @@ class SparkHandler(TypeHandler[Any]):
         from ..spark.merge import merge_dataframe
 
         register(obj.sparkSession)
-        if isinstance(ns, InTransaction):  # the changes first, then the distributed merge
-            ns.transaction.commit()
-            ns = ns.namespace
-            ns.refresh()
+        if isinstance(ns, Transaction):  # the changes first, then the distributed merge
+            ns.commit()
         # distributed; package errors raised in its tasks come back with their own class
         return merge_dataframe(
             obj,

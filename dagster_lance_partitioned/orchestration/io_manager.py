@@ -49,11 +49,11 @@ from .errors import (
     StorageRootError,
 )
 from .handlers import (
-    InTransaction,
     MergeRequest,
     ReadRequest,
     TypeHandler,
     WriteRequest,
+    WriteTarget,
     check_handlers,
     default_type_handlers,
     handler_for_object,
@@ -287,17 +287,17 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         self, out: OutputSlice, value: OutputValue, ns: PartitionedNamespace, tx: Transaction
     ) -> WriteResult | RowChangeResult | None:
         """Hand the rows to the handler: a merge, or a write of exactly the run's partitions,
-        in ``tx`` with its schema / spec changes (see :class:`.InTransaction`)."""
+        in ``tx`` with its schema / spec changes (a handler writes into the transaction)."""
         if not tx.has_changes:
             return self._write_into(out, value, ns)
         with tx:
-            returned = self._write_into(out, value, InTransaction(ns, tx))
+            returned = self._write_into(out, value, tx)
         # a handler writing in this process added its data to tx; Spark's driver committed
         # the changes with its own data
         return tx.result.data if tx.result.data is not None else returned
 
     def _write_into(
-        self, out: OutputSlice, value: OutputValue, ns: PartitionedNamespace | InTransaction
+        self, out: OutputSlice, value: OutputValue, ns: WriteTarget
     ) -> WriteResult | RowChangeResult | None:
         if out.merge is not None:
             return self._merge(out, out.merge, value, ns)
@@ -312,7 +312,7 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         out: OutputSlice,
         merge: MergeOptions,
         value: OutputValue,
-        ns: PartitionedNamespace | InTransaction,
+        ns: WriteTarget,
     ) -> RowChangeResult | None:
         """Merge the output on its keys. For a partitioned asset the merge is the run's keys':
         a row of another key, or an input key stored in a partition of another key (the merge
