@@ -623,7 +623,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000, help="vectors (default 1,000,000)")
     ap.add_argument("--queries", type=int, default=200, help="queries per set (default 200)")
     ap.add_argument("--docs", type=int, default=100_000, help="documents (default 100,000)")
-    ap.add_argument("--tuned-ours", default="nprobes=10,refine_factor=10")
+    ap.add_argument("--tuned-ours", default="probes=10,refine_factor=10")
     ap.add_argument("--tuned-single", default="nprobes=40,refine_factor=10")
     ap.add_argument("--build-repeat", type=int, default=3, help="index builds of each (best of)")
     ap.add_argument("--skip-text", action="store_true")

@@ -104,7 +104,16 @@ def register(add: AddCommand) -> None:
     )
     params = p.add_argument_group("vector search parameters (passed to Lance)")
     params.add_argument(
-        "--nprobes", metavar="N", type=positive_int, help="IVF partitions probed per table"
+        "--probes",
+        metavar="N",
+        type=positive_int,
+        help="IVF clusters probed across the tables searched, nearest first (default 20)",
+    )
+    params.add_argument(
+        "--nprobes",
+        metavar="N",
+        type=positive_int,
+        help="IVF clusters probed in every table instead",
     )
     params.add_argument(
         "--refine-factor",
@@ -392,6 +401,7 @@ def search_params(args: argparse.Namespace) -> dict[str, Any]:
     return _params(
         args.param,
         {
+            "probes": args.probes,
             "nprobes": args.nprobes,
             "refine_factor": args.refine_factor,
             "ef": args.ef,
@@ -445,7 +455,7 @@ def _what_searched(
 
 def _cmd_search(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
     """``search URI (--vector JSON | --vector-file PATH | --text TEXT) [-k N] [--filter SQL]
-    [--column NAME] [--columns A,B] [--nprobes N] [--refine-factor N] ...``."""
+    [--column NAME] [--columns A,B] [--probes N] [--refine-factor N] ...``."""
     query = query_of(args)
     params = search_params(args)
     ns = open_ns(args, opts)

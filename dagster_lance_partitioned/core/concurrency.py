@@ -3,11 +3,13 @@
 On local disk a table's work is CPU-bound, so a few threads suffice; on an object store it is
 latency-bound (each request waits tens of milliseconds), so dozens of tables are in flight at
 once. ``DLP_TABLE_CONCURRENCY`` (environment) sets the number for every store.
-:func:`parallel_map` runs one function over tables (or manifest versions) a few at a time."""
+:func:`parallel_map` runs one function over tables (or manifest versions) a few at a time;
+:func:`serial_while_fast` runs it in the calling thread for as long as each call is quick."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -44,3 +46,22 @@ def parallel_map(
         return [fn(x) for x in items]
     with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
         return list(pool.map(fn, items))
+
+
+# a call quicker than this is CPU work on cached state (threads would only contend for it)
+FAST_CALL_SECONDS = 0.004
+
+
+def serial_while_fast(
+    fn: Callable[[T], R], items: Sequence[T], threads: int, fast: float = FAST_CALL_SECONDS
+) -> list[R]:
+    """``[fn(x) for x in items]``: in the calling thread while each call takes under ``fast``
+    seconds (tables already opened, searches of small tables on local disk), the rest
+    :func:`parallel_map`-ped from the first slow call on (a store's round trips)."""
+    out: list[R] = []
+    for i, x in enumerate(items):
+        start = time.perf_counter()
+        out.append(fn(x))
+        if time.perf_counter() - start >= fast:
+            return out + parallel_map(fn, items[i + 1 :], threads)
+    return out

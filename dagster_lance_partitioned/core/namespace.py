@@ -501,8 +501,10 @@ class PartitionedNamespace:
         searched partitions together, descending). ``filter`` prunes partitions, then
         applies inside each before ranking, so k rows come back whenever k rows match.
         ``column`` may be left out when one index of the query's kind is declared (or one
-        vector column exists); ``params`` (``nprobes``, ``refine_factor``, ``ef``,
-        ``use_index``, ``metric``) pass through to Lance."""
+        vector column exists). A vector query over several indexed partitions probes the
+        ``probes`` IVF clusters (default 20) nearest it over all of their centroids, and
+        searches only the partitions holding them; ``params`` (``nprobes`` per partition
+        instead, ``refine_factor``, ``ef``, ``use_index``, ``metric``) pass through to Lance."""
         from .search.query import search
 
         return search(

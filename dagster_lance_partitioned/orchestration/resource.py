@@ -84,7 +84,7 @@ class LancePartitionedResource(dg.ConfigurableResource):  # type: ignore[type-ar
         partitions ``filter`` keeps (at manifest ``version``, else the latest): a vector gives
         the nearest rows with ``_distance``, a string full-text matches with ``_score``; see
         :meth:`PartitionedNamespace.search` (``column``, ``columns`` and ``params`` such as
-        ``nprobes`` and ``refine_factor`` pass through)."""
+        ``probes`` and ``refine_factor`` pass through)."""
         ns = self.namespace(asset_key, version)
         return ns.search(query, column=column, k=k, filter=filter, columns=columns, **params)
 

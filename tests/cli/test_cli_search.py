@@ -170,6 +170,19 @@ def test_search_vector_json_equals_brute_force(capsys, searchable):
     assert np.array_equal(np.asarray(rows[0]["v"], dtype=np.float32), stored)
 
 
+def test_search_probes_routes_like_the_api(capsys, searchable):
+    # one cluster over all the indexed tables (the flat ones are searched in full)
+    argv = ["search", searchable.uri, "--vector", vector_arg(QUERY), "-k", "7", "--columns", "id"]
+    rows = run_json(capsys, *argv, "--probes", "1")
+    api = searchable.search(QUERY, k=7, columns=["id"], probes=1)
+    assert [r["id"] for r in rows] == api.column("id").to_pylist()
+    assert rows != run_json(capsys, *argv, "--probes", "2")  # the option reaches the search
+    every = run_json(capsys, *argv, "--probes", "1000")
+    assert [r["id"] for r in every] == brute_force(ROWS, QUERY, 7)[0]
+    err = error_of(capsys, *argv, "--probes", "4", "--nprobes", "2")
+    assert "probes" in err and "nprobes" in err and "exclude each other" in err
+
+
 def test_search_vector_text_output(capsys, searchable):
     code, out, err = run(
         capsys,

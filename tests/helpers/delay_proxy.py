@@ -72,6 +72,8 @@ class DelayProxy:
         # request body bytes up, response body bytes down, requests with If-(None-)Match
         self._stats = dict.fromkeys(_STATS, 0)
         self.log: list[tuple[str, str]] = []  # (kind, path) of every request, in order
+        # (kind, path, arrived, answered) of every request, times in seconds (monotonic)
+        self.timeline: list[tuple[str, str, float, float]] = []
         self._lock = threading.Lock()
         proxy = self
 
@@ -85,6 +87,21 @@ class DelayProxy:
                 pass
 
             def _forward(self) -> None:
+                arrived = time.monotonic()
+                try:
+                    self._forward_timed()
+                finally:
+                    with proxy._lock:
+                        proxy.timeline.append(
+                            (
+                                request_kind(self.command, self.path),
+                                self.path,
+                                arrived,
+                                time.monotonic(),
+                            )
+                        )
+
+            def _forward_timed(self) -> None:
                 body = self._read_body()
                 kind = request_kind(self.command, self.path)
                 with proxy._lock:
@@ -226,6 +243,7 @@ class DelayProxy:
             self._counts.clear()
             self._stats = dict.fromkeys(_STATS, 0)
             self.log.clear()
+            self.timeline.clear()
 
     def start(self) -> DelayProxy:
         self._thread.start()
@@ -406,7 +424,8 @@ def _server_process(server: str) -> Iterator[int]:
 
 def _serve(conn: Any, latency: float, server: str = "moto-shared") -> None:
     """Child process: an S3-compatible ``server`` and a :class:`DelayProxy` in front of it;
-    answers ``("counts",)``, ``("reset",)``, ``("log",)``, ``("latency", seconds)`` and
+    answers ``("counts",)``, ``("reset",)``, ``("log",)``, ``("timeline",)``,
+    ``("latency", seconds)`` and
     ``("stop",)`` on ``conn``."""
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     with ExitStack() as stack:
@@ -427,6 +446,8 @@ def _serve(conn: Any, latency: float, server: str = "moto-shared") -> None:
                 conn.send(None)
             elif cmd[0] == "log":
                 conn.send(list(proxy.log))
+            elif cmd[0] == "timeline":
+                conn.send(list(proxy.timeline))
             elif cmd[0] == "latency":
                 proxy.latency = float(cmd[1])
                 conn.send(None)
@@ -492,6 +513,11 @@ class S3ProxyProcess:
     def log(self) -> list[tuple[str, str]]:
         """(kind, path) of every request since the last reset, in order."""
         return list(self._call("log"))
+
+    def timeline(self) -> list[tuple[str, str, float, float]]:
+        """(kind, path, arrived, answered) of every request since the last reset (seconds,
+        one monotonic clock), in the order they were answered."""
+        return list(self._call("timeline"))
 
     def set_latency(self, seconds: float) -> None:
         self._call("latency", seconds)

@@ -40,8 +40,10 @@ INTEGER_PARAMS = (
 VECTOR_MIN_ROWS = 4096
 # Scalar and full-text indexes are cheap to build and exact: every non-empty table gets one.
 OTHER_MIN_ROWS = 1
-# Rows per IVF partition aimed at when ``num_partitions`` is not given.
-ROWS_PER_IVF_PARTITION = 4096
+# Rows per IVF partition aimed at when ``num_partitions`` is not given: about as many as one
+# index over a million rows has (sqrt(rows)), so that a query over many tables, routed by
+# their centroids together (search/routing.py), probes clusters of a like size
+ROWS_PER_IVF_PARTITION = 1024
 # Training rows per centroid (IVF and PQ) unless ``sample_rate`` is given; Lance's default is 256.
 VECTOR_SAMPLE_RATE = 32
 

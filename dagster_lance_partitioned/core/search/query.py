@@ -7,13 +7,10 @@ squared L2, ``1 - cosine``, ``1 - dot``); text queries are in :mod:`.text`."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,15 +19,25 @@ from ..errors import SearchQueryError
 from ..manifest.state import HasState, NamespaceState, state_of
 from ..read.filters import FilterLike
 from ..read.planning import ScanTask
-from ..read.scan import iter_task_batches, read_schema
+from ..read.scan import read_schema
 from ..schema.arrow_json import strip_field_ids
-from .build import describe
 from .catalog import declared
 from .declaration import METRICS, IndexDeclaration, vector_dimension
-from .searched import DISTANCE, Searched, for_each_partition, open_searched, rows_by_id
+from .flat import cacheable, cached_candidates, flat, quoted
+from .routing import DEFAULT_PROBES, ivf_index, route
+from .searched import (
+    DISTANCE,
+    Candidates,
+    Searched,
+    fetch_best,
+    for_each_partition,
+    for_each_searched,
+    open_searched,
+)
 from .text import search_text
 
 VECTOR_PARAMS = (
+    "probes",
     "nprobes",
     "minimum_nprobes",
     "maximum_nprobes",
@@ -95,125 +102,142 @@ def search(
             f"metric {metric!r}: vector search takes one of {', '.join(METRICS)}"
         )
     plan = state.plan_scan(filter)
+    opts = state.storage_options
+    explicit = "probes" in extra
+    probes = _probes(extra)
 
-    def one(task: ScanTask) -> pa.Table | _Candidates:
-        searched = open_searched(task, schema, plan.residual_filter, state.storage_options)
-        if _cacheable(searched, name):
-            return _cached_candidates(searched, name, vector, k, metric)
-        if searched.pushable:
-            return _nearest(searched, target, name, vector, k, metric, extra)
-        return _flat(searched, schema, target, name, vector, k, metric, state.storage_options)
+    def opened(task: ScanTask) -> _Opened:
+        searched = open_searched(task, schema, plan.residual_filter, opts)
+        if cacheable(searched, name):
+            return _Opened(searched, "cached", None)
+        if not searched.pushable:
+            return _Opened(searched, "flat", None)
+        ivf = ivf_index(searched.ds, name) if probes is not None else None
+        return _Opened(searched, "lance", *(ivf or (None, None)))
 
-    out_schema = target.append(pa.field(DISTANCE, pa.float32()))
-    found = for_each_partition(state, plan.tasks, one)
-    parts = [t for t in found if isinstance(t, pa.Table) and t.num_rows]
-    parts.extend(_fetch_best([c for c in found if isinstance(c, _Candidates)], k, schema, target))
-    if not parts:
-        return out_schema.empty_table()
-    merged = pa.concat_tables(parts)
+    tables = for_each_partition(state, plan.tasks, opened, quick=True)  # opened before: cheap
+    # left to its default, a query of one indexed table keeps Lance's own probing
+    query = _Query(state, schema, target, name, vector, k, metric, extra, 1 if explicit else 2)
+    found, routed = query.run(tables, probes)
+    if routed and sum(t.num_rows for t in found) < k:
+        # the clusters probed hold fewer than k matching rows: every table searched in full
+        found, _ = query.run(tables, None)
+    if not found:
+        return target.append(pa.field(DISTANCE, pa.float32())).empty_table()
+    merged = pa.concat_tables(found)
     order = pc.sort_indices(merged, sort_keys=[(DISTANCE, "ascending")])
     return merged.take(order[:k])
 
 
-# Small tables without a vector index are searched from an in-memory copy of their vectors
-# (a version never changes): one numpy product each instead of one Lance search each, and the
-# rows of only the best k of them all fetched.
-FLAT_CACHE_ROWS = 65_536  # tables up to this many rows
-FLAT_CACHE_BYTES = 512 * 1024 * 1024  # vectors kept per process at most
+def _probes(extra: dict[str, Any]) -> int | None:
+    """IVF clusters a query over several indexed tables probes in all, taken out of
+    ``extra`` (None: every table is searched with Lance's parameters as given, as when
+    ``nprobes`` or probe bounds per table or ``use_index=False`` are passed)."""
+    per_table = {"nprobes", "minimum_nprobes", "maximum_nprobes"} & set(extra)
+    if "probes" not in extra:
+        return None if per_table or extra.get("use_index") is False else DEFAULT_PROBES
+    probes = extra.pop("probes")
+    if per_table:
+        raise SearchQueryError(
+            f"probes (IVF clusters across the partitions searched) and {sorted(per_table)} "
+            "(per partition) exclude each other: pass one"
+        )
+    if isinstance(probes, bool) or not isinstance(probes, int | np.integer) or probes < 1:
+        raise SearchQueryError(f"probes must be a positive integer, got {probes!r}")
+    return int(probes)
 
 
 @dataclass(frozen=True)
-class _Candidates:
-    """The best rows of one table searched from its cached vectors."""
+class _Opened:
+    """A table opened for a vector search and how it is searched: from cached vectors
+    (``cached``), by Lance (``lance``, with its IVF centroids when a query spanning several
+    tables is routed by them), or read and ranked here (``flat``)."""
 
     searched: Searched
-    row_ids: np.ndarray
-    distances: np.ndarray
+    how: str
+    index_type: str | None = None
+    centroids: np.ndarray | None = None
 
 
-class _VectorCache:
-    """A process-wide LRU of (table version, column) -> (vectors, row ids), bounded in bytes."""
+@dataclass(frozen=True)
+class _Query:
+    """One vector query over opened tables."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-        self._items: OrderedDict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._lock = threading.Lock()
+    state: NamespaceState
+    schema: pa.Schema
+    target: pa.Schema
+    column: str
+    vector: np.ndarray
+    k: int
+    metric: str
+    extra: dict[str, Any]
+    route_from: int  # indexed tables a query is routed over at least
 
-    def get(self, ds: lance.LanceDataset, column: str) -> tuple[np.ndarray, np.ndarray]:
-        key = (ds.uri, ds.version, column)
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is not None:
-                self._items.move_to_end(key)
-                return hit
-        table = ds.to_table(
-            columns=[column], with_row_id=True, filter=f"{_quoted(column)} IS NOT NULL"
-        )
-        dimension = vector_dimension(table.schema.field(column).type) or 1
-        value = (
-            _matrix(table.column(column), dimension),
-            table.column("_rowid").to_numpy().astype(np.uint64),
-        )
-        size = value[0].nbytes + value[1].nbytes
-        with self._lock:
-            if key not in self._items and size <= self.limit:
-                self._items[key] = value
-                self.used += size
-                while self.used > self.limit:
-                    _, (m, r) = self._items.popitem(last=False)
-                    self.used -= m.nbytes + r.nbytes
-        return value
+    def run(self, tables: Sequence[_Opened], probes: int | None) -> tuple[list[pa.Table], bool]:
+        """Each table's best rows (of those found by row id, the ``k`` best fetched), and
+        whether the search was routed (``probes`` clusters over the tables with centroids)."""
+        routed = [t for t in tables if t.centroids is not None] if probes is not None else []
+        nprobes: dict[int, int] = {}
+        if len(routed) >= self.route_from and probes is not None:
+            centroids = [t.centroids for t in routed if t.centroids is not None]
+            counts = route(centroids, self.vector, self.metric, probes)
+            nprobes = {id(t): c for t, c in zip(routed, counts, strict=True)}
+        candidates = [
+            cached_candidates(t.searched, self.column, self.vector, self.k, self.metric)
+            for t in tables
+            if t.how == "cached"
+        ]
+        searched = [t.searched for t in tables if t.how != "cached" and nprobes.get(id(t), 1)]
+        how = {id(t.searched): t for t in tables}
+        done = for_each_searched(self.state, searched, lambda s: self.one(how[id(s)], nprobes))
+        parts = [d for d in done if isinstance(d, pa.Table) and d.num_rows]
+        candidates.extend(d for d in done if isinstance(d, Candidates))
+        parts.extend(fetch_best(candidates, self.k, self.schema, self.target))
+        return parts, bool(nprobes)
 
-
-_vectors = _VectorCache(FLAT_CACHE_BYTES)
-
-
-def _cacheable(searched: Searched, column: str) -> bool:
-    """Whether a table is searched from cached vectors: small, no vector index on ``column``,
-    no filter inside it."""
-    if not searched.native or searched.sql is not None:
-        return False
-    rows, indexes = describe(searched.ds)
-    if rows > FLAT_CACHE_ROWS:
-        return False
-    return not any(column in (d.field_names or ()) for d in indexes.values())
-
-
-def _cached_candidates(
-    searched: Searched, column: str, vector: np.ndarray, k: int, metric: str
-) -> _Candidates:
-    matrix, row_ids = _vectors.get(searched.ds, column)
-    if not len(row_ids):
-        return _Candidates(searched, row_ids, np.zeros(0, np.float32))
-    distances = distance(matrix, vector, metric)
-    top = np.argsort(distances, kind="stable")[:k]
-    return _Candidates(searched, row_ids[top], distances[top])
-
-
-def _fetch_best(
-    found: list[_Candidates], k: int, schema: pa.Schema, target: pa.Schema
-) -> list[pa.Table]:
-    """The rows of the ``k`` nearest candidates of all cached tables, with their distances."""
-    if not found:
-        return []
-    distances = np.concatenate([c.distances for c in found])
-    owner = np.concatenate([np.full(len(c.row_ids), i) for i, c in enumerate(found)])
-    order = np.argsort(distances, kind="stable")[:k]
-    out = []
-    for i in sorted(set(owner[order].tolist())):
-        mine = order[owner[order] == i]
-        offsets = mine - sum(len(c.row_ids) for c in found[:i])
-        ids = found[i].row_ids[offsets]
-        rows = rows_by_id(found[i].searched, ids.tolist(), schema, target)
-        by_id = dict(zip(ids.tolist(), found[i].distances[offsets].tolist(), strict=True))
-        got = rows.column("_rowid").to_pylist()
-        out.append(
-            rows.drop_columns(["_rowid"]).append_column(
-                DISTANCE, pa.array([by_id[r] for r in got], pa.float32())
+    def one(self, t: _Opened, nprobes: Mapping[int, int]) -> pa.Table | Candidates:
+        """One table's search: routed (its nearest clusters only), Lance's, or read here."""
+        if t.how == "flat":
+            return flat(
+                t.searched,
+                self.schema,
+                self.target,
+                self.column,
+                self.vector,
+                self.k,
+                self.metric,
+                self.state.storage_options,
             )
+        if id(t) in nprobes:
+            return self.probed(t, nprobes[id(t)])
+        return _nearest(
+            t.searched, self.target, self.column, self.vector, self.k, self.metric, self.extra
         )
-    return out
+
+    def probed(self, t: _Opened, nprobes: int) -> Candidates:
+        """Lance's search of ``nprobes`` clusters of a table: the row ids and exact distances
+        of its best rows (their other columns are read only if they are among the k best)."""
+        nearest = {
+            "column": self.column,
+            "q": self.vector,
+            "k": self.k,
+            "metric": self.metric,
+            **self.extra,
+            "nprobes": nprobes,
+        }
+        nearest.setdefault("refine_factor", DEFAULT_REFINE)
+        found = t.searched.ds.to_table(
+            columns=[],
+            with_row_id=True,
+            nearest=nearest,
+            filter=t.searched.lance_sql,
+            prefilter=True,
+        )
+        return Candidates(
+            t.searched,
+            found.column("_rowid").to_numpy().astype(np.uint64),
+            found.column(DISTANCE).to_numpy().astype(np.float32),
+        )
 
 
 def text_index(
@@ -323,7 +347,7 @@ def _nearest(
     cols = [*target.names, DISTANCE]
     found = ds.to_table(columns=cols, nearest=nearest, filter=searched.lance_sql, prefilter=True)
     if found.num_rows < k:
-        has_vector = f"{_quoted(column)} IS NOT NULL"
+        has_vector = f"{quoted(column)} IS NOT NULL"
         where = f"({searched.lance_sql}) AND {has_vector}" if searched.lance_sql else has_vector
         if ds.count_rows(filter=where) > found.num_rows:
             nearest["use_index"] = False
@@ -333,67 +357,8 @@ def _nearest(
     return _shaped(found, target, DISTANCE)
 
 
-def _flat(
-    searched: Searched,
-    schema: pa.Schema,
-    target: pa.Schema,
-    column: str,
-    vector: np.ndarray,
-    k: int,
-    metric: str,
-    opts: dict[str, str] | None,
-) -> pa.Table:
-    """An exhaustive search of a table Lance cannot search as it is (an older layout, or a
-    filter only DataFusion evaluates): its rows read in the namespace schema, then ranked."""
-    names = list(dict.fromkeys([*target.names, column]))
-    batches = list(
-        iter_task_batches(
-            searched.task,
-            schema,
-            names,
-            searched.sql,
-            opts,
-            translated_filter=searched.lance_sql,
-        )
-    )
-    plain = strip_field_ids(schema)
-    rows = pa.Table.from_batches(batches, schema=read_schema(plain, names))
-    rows = rows.filter(pc.is_valid(rows.column(column)))
-    if rows.num_rows == 0:
-        return target.append(pa.field(DISTANCE, pa.float32())).empty_table()
-    matrix = _matrix(rows.column(column), vector.shape[0])
-    distances = distance(matrix, vector, metric)
-    top = np.argsort(distances, kind="stable")[:k]
-    picked = rows.take(pa.array(top)).select(list(target.names))
-    return picked.append_column(DISTANCE, pa.array(distances[top], pa.float32()))
-
-
-def _matrix(values: pa.ChunkedArray, dimension: int) -> np.ndarray:
-    flat = pc.list_flatten(values.combine_chunks()).to_numpy(zero_copy_only=False)
-    return np.asarray(flat, dtype=np.float32).reshape(-1, dimension)
-
-
-def distance(matrix: np.ndarray, vector: np.ndarray, metric: str) -> np.ndarray:
-    """Distances of the rows of ``matrix`` to ``vector`` as Lance computes them."""
-    if metric == "cosine":
-        norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(vector)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            sims = np.where(norms > 0, matrix @ vector / norms, 0.0)
-        out: np.ndarray = (1.0 - sims).astype(np.float32)
-    elif metric == "dot":
-        out = (1.0 - matrix @ vector).astype(np.float32)
-    else:
-        diff = matrix - vector
-        out = np.einsum("ij,ij->i", diff, diff).astype(np.float32)
-    return out
-
-
 def _shaped(found: pa.Table, target: pa.Schema, extra: str) -> pa.Table:
     """Lance's search result in ``target``'s columns plus the ``extra`` column (float32)."""
     arrays = [found.column(f.name).cast(f.type) for f in target]
     arrays.append(found.column(extra).cast(pa.float32()))
     return pa.Table.from_arrays(arrays, schema=target.append(pa.field(extra, pa.float32())))
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"

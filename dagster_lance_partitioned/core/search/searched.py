@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import lance
+import numpy as np
 import pyarrow as pa
 
-from ..concurrency import parallel_map
+from ..concurrency import parallel_map, serial_while_fast
 from ..manifest.state import NamespaceState
 from ..read.planning import ScanTask
 from ..read.scan import _filtered, _guarded, _layout, lance_filter, open_table, scan_concurrency
@@ -55,12 +56,62 @@ def open_searched(
 
 
 def for_each_partition(
-    state: NamespaceState, tasks: Sequence[ScanTask], fn: Callable[[ScanTask], T]
+    state: NamespaceState,
+    tasks: Sequence[ScanTask],
+    fn: Callable[[ScanTask], T],
+    *,
+    quick: bool = False,
 ) -> list[T]:
-    """``fn`` on every task, concurrently (as many at once as a scan reads), raw storage
-    failures raised as :class:`PartitionReadError` naming the partition."""
+    """``fn`` on every task, concurrently (as many at once as a scan reads; ``quick``: in
+    this thread until a call is slow), raw storage failures raised as
+    :class:`PartitionReadError` naming the partition."""
     threads = scan_concurrency(state.uri)
-    return parallel_map(lambda t: _guarded(t, lambda: fn(t)), list(tasks), threads)
+    run = serial_while_fast if quick else parallel_map
+    return run(lambda t: _guarded(t, lambda: fn(t)), list(tasks), threads)
+
+
+def for_each_searched(
+    state: NamespaceState, items: Sequence[Searched], fn: Callable[[Searched], T]
+) -> list[T]:
+    """:func:`for_each_partition` over tables already opened."""
+    threads = scan_concurrency(state.uri)
+    return parallel_map(lambda s: _guarded(s.task, lambda: fn(s)), list(items), threads)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The best rows of one table by row id, with their exact distances (ascending)."""
+
+    searched: Searched
+    row_ids: np.ndarray
+    distances: np.ndarray
+
+
+def fetch_best(
+    found: Sequence[Candidates], k: int, schema: pa.Schema, target: pa.Schema
+) -> list[pa.Table]:
+    """The rows of the ``k`` nearest of all ``found`` candidates in ``target``'s columns, with
+    their distances (one read per table holding some of them)."""
+    found = [c for c in found if len(c.row_ids)]
+    if not found:
+        return []
+    distances = np.concatenate([c.distances for c in found])
+    owner = np.concatenate([np.full(len(c.row_ids), i) for i, c in enumerate(found)])
+    starts = np.cumsum([0, *(len(c.row_ids) for c in found)])
+    order = np.argsort(distances, kind="stable")[:k]
+    out = []
+    for i in sorted(set(owner[order].tolist())):
+        mine = order[owner[order] == i] - starts[i]
+        ids = found[i].row_ids[mine]
+        rows = rows_by_id(found[i].searched, ids.tolist(), schema, target)
+        by_id = dict(zip(ids.tolist(), found[i].distances[mine].tolist(), strict=True))
+        got = rows.column("_rowid").to_pylist()
+        out.append(
+            rows.drop_columns(["_rowid"]).append_column(
+                DISTANCE, pa.array([by_id[r] for r in got], pa.float32())
+            )
+        )
+    return out
 
 
 def rows_by_id(

@@ -1,0 +1,252 @@
+"""Vector queries spanning many indexed partitions probe the IVF clusters nearest the query
+across all of them (``probes``, default 20), not every cluster of every table; small tables
+without an index are ranked from cached vectors. Expectations are computed here: brute force
+in numpy, and each table's IVF clusters from its own centroids."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from helpers.data import fingerprint
+from helpers.search import (
+    SCHEMA,
+    brute_force,
+    distances,
+    make_ns,
+    make_rows,
+    matrix_of,
+    table_of,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dagster_lance_partitioned.core.concurrency import serial_while_fast
+from dagster_lance_partitioned.core.errors import SearchQueryError
+from dagster_lance_partitioned.core.search.flat import _Vectors, distance, nearest_rows
+from dagster_lance_partitioned.core.search.routing import CENTROIDS_ENV, route
+
+DIM = 16
+TENANTS = ("a", "b", "c", "d", "e", "f")
+CLUSTERS_PER_TABLE = 4
+
+
+def clustered_rows(per_tenant: int = 400, seed: int = 5) -> pa.Table:
+    """Rows of six tenants, each tenant's vectors around its own four centres."""
+    rng = np.random.default_rng(seed)
+    base = make_rows(per_tenant * len(TENANTS), seed=seed, weights=None, tenants=TENANTS)
+    tenants = np.repeat(np.array(TENANTS), per_tenant)
+    centres = rng.normal(scale=6.0, size=(len(TENANTS), CLUSTERS_PER_TABLE, DIM))
+    which = rng.integers(0, CLUSTERS_PER_TABLE, size=len(tenants))
+    owner = np.repeat(np.arange(len(TENANTS)), per_tenant)
+    vectors = centres[owner, which] + rng.normal(size=(len(tenants), DIM))
+    table = base.set_column(1, "tenant", pa.array(tenants.tolist(), pa.utf8()))
+    v = pa.FixedSizeListArray.from_arrays(pa.array(vectors.astype(np.float32).ravel()), DIM)
+    return table.set_column(SCHEMA.get_field_index("v"), "v", v)
+
+
+ROWS = clustered_rows()
+
+
+@pytest.fixture
+def ns(tmp_path):
+    ns = make_ns(tmp_path / "ns", ROWS)
+    ns.create_index("v", "IVF_FLAT", min_rows=1, num_partitions=CLUSTERS_PER_TABLE)
+    return ns
+
+
+def query_near(seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    row = int(rng.integers(0, ROWS.num_rows))
+    stored = ROWS.column("v")[row].values.to_numpy().astype(np.float32)
+    return stored + rng.normal(scale=0.3, size=DIM).astype(np.float32)
+
+
+def clusters(ns, monkeypatch) -> list[tuple[pa.Table, np.ndarray]]:
+    """Per partition table: its rows and its IVF centroids (from Lance's index statistics)."""
+    monkeypatch.setenv(CENTROIDS_ENV, "true")
+    out = []
+    for entry in ns.inspect.partitions():
+        ds = table_of(ns, entry)
+        stats = ds.stats.index_stats("v_ivf_flat")
+        centroids = np.asarray(stats["indices"][0]["centroids"], dtype=np.float64)
+        out.append((ds.to_table(columns=SCHEMA.names), centroids))
+    return out
+
+
+def test_probing_every_cluster_equals_brute_force(ns):
+    total = sum(1 for _ in ns.inspect.partitions()) * CLUSTERS_PER_TABLE
+    for seed in range(4):
+        q = query_near(seed)
+        found = ns.search(q, k=15, probes=total)
+        ids, dist = brute_force(ROWS, q, 15)
+        assert found.column("id").to_pylist() == ids
+        np.testing.assert_allclose(found.column("_distance").to_numpy(), dist, rtol=1e-4)
+
+
+def probed_rows(tables: list[tuple[pa.Table, np.ndarray]], q: np.ndarray, probes: int) -> pa.Table:
+    """The rows of the ``probes`` clusters nearest ``q`` over every table's centroids (IVF
+    assigns a row to the nearest centroid of its own table)."""
+    ranked = sorted(
+        (float(d), t, c)
+        for t, (_, centroids) in enumerate(tables)
+        for c, d in enumerate(distances(centroids, q, "l2"))
+    )[:probes]
+    probed = []
+    for t, (rows, centroids) in enumerate(tables):
+        mine = {c for _, tt, c in ranked if tt == t}
+        if mine:
+            m = matrix_of(rows)
+            nearest = np.argmin(((m[:, None, :] - centroids[None]) ** 2).sum(axis=2), axis=1)
+            probed.append(rows.filter(pa.array(np.isin(nearest, list(mine)))))
+    return pa.concat_tables(probed)
+
+
+@pytest.mark.parametrize("probes", [1, 3])
+def test_a_query_probes_the_nearest_clusters_over_all_tables(ns, monkeypatch, probes):
+    tables = clusters(ns, monkeypatch)
+    for seed in range(4):
+        q = query_near(seed).astype(np.float64)
+        expected, _ = brute_force(probed_rows(tables, q, probes), q, 10)
+        found = ns.search(q, k=10, probes=probes)
+        assert found.column("id").to_pylist() == expected
+        if probes == 1:
+            assert len(set(found.column("tenant").to_pylist())) == 1  # one table searched
+
+
+def test_probes_given_apply_to_a_single_table_too(ns, monkeypatch):
+    one = "tenant = 'b' AND day = DATE '2024-01-02'"
+    tables = [
+        (rows, c)
+        for rows, c in clusters(ns, monkeypatch)
+        if set(rows.column("tenant").to_pylist()) == {"b"}
+        and set(rows.column("day").to_pylist()) == {dt.date(2024, 1, 2)}
+    ]
+    assert len(tables) == 1
+    for seed in range(4):
+        q = query_near(seed).astype(np.float64)
+        found = ns.search(q, k=10, probes=1, filter=one)
+        assert found.column("id").to_pylist() == brute_force(probed_rows(tables, q, 1), q, 10)[0]
+        everything = ns.search(q, k=10, filter=one)  # Lance's own probing: here, every cluster
+        assert everything.column("id").to_pylist() == brute_force(tables[0][0], q, 10)[0]
+
+
+def test_default_probes_find_the_true_nearest_rows(ns):
+    # 24 clusters in all, 20 probed: on well-separated clusters the answer is exact
+    for seed in range(6):
+        q = query_near(seed)
+        found = ns.search(q, k=10)
+        assert found.column("id").to_pylist() == brute_force(ROWS, q, 10)[0]
+
+
+def test_probed_clusters_holding_fewer_than_k_matches_fall_back_to_every_table(ns):
+    # 7 rows match the filter, spread over tenants: probing one cluster finds at most a few
+    rng = np.random.default_rng(11)
+    chosen = rng.choice(ROWS.num_rows, size=7, replace=False)
+    marked = np.zeros(ROWS.num_rows, dtype=np.int64)
+    marked[chosen] = 1
+    rows = ROWS.set_column(SCHEMA.get_field_index("n"), "n", pa.array(marked * 5000))
+    ns.write(rows, mode="overwrite_partitions")
+    q = query_near(1)
+    found = ns.search(q, k=10, probes=1, filter="n = 5000")
+    assert sorted(found.column("id").to_pylist()) == sorted(
+        ROWS.column("id").take(chosen).to_pylist()
+    )
+    matching = rows.filter(pa.compute.equal(rows.column("n"), 5000))
+    assert found.column("id").to_pylist() == brute_force(matching, q, 10)[0]
+
+
+@pytest.mark.parametrize(
+    ("params", "named"),
+    [
+        ({"probes": 0}, "probes"),
+        ({"probes": True}, "probes"),
+        ({"probes": 2.5}, "probes"),
+        ({"probes": 4, "nprobes": 2}, "nprobes"),
+        ({"probes": 4, "minimum_nprobes": 1}, "minimum_nprobes"),
+    ],
+)
+def test_bad_probes_raise_naming_the_parameter_and_change_nothing(ns, params, named):
+    before = fingerprint(ns.uri)
+    with pytest.raises(SearchQueryError, match=named):
+        ns.search(query_near(0), k=5, **params)
+    assert fingerprint(ns.uri) == before
+
+
+def test_route_counts_the_nearest_centroids_per_table():
+    a = np.array([[0.0, 0.0], [10.0, 0.0]], dtype=np.float32)
+    b = np.array([[1.0, 0.0], [20.0, 0.0], [30.0, 0.0]], dtype=np.float32)
+    c = np.array([[0.5, 0.5]], dtype=np.float32)
+    q = np.array([0.2, 0.0], dtype=np.float32)
+    assert route([a, b, c], q, "l2", 1) == [1, 0, 0]
+    assert route([a, b, c], q, "l2", 3) == [1, 1, 1]
+    assert route([a, b, c], q, "l2", 4) == [2, 1, 1]
+    assert route([a, b, c], q, "l2", 100) == [2, 3, 1]
+
+
+def cached(matrix: np.ndarray) -> _Vectors:
+    norms = np.einsum("ij,ij->i", matrix, matrix)
+    ids = np.arange(len(matrix), dtype=np.uint64)
+    return _Vectors(matrix, ids, norms, float(np.sqrt(norms.max())))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 400),
+    k=st.integers(1, 12),
+    offset=st.sampled_from([0.0, 1.0, 1e3]),
+    duplicates=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_cached_ranking_equals_a_full_sort(rows, k, offset, duplicates, seed):
+    # the matrix-product screening keeps every row that can be among the k nearest
+    rng = np.random.default_rng(seed)
+    matrix = (rng.normal(size=(rows, 8)) + offset).astype(np.float32)
+    if duplicates:
+        matrix[rows // 2 :] = matrix[: rows - rows // 2]
+    q = matrix[rng.integers(0, rows)] + rng.normal(scale=0.01, size=8).astype(np.float32)
+    positions, got = nearest_rows(cached(matrix), q, k, "l2")
+    full = distance(matrix, q, "l2")
+    expected = np.argsort(full, kind="stable")[:k]
+    assert positions.tolist() == expected.tolist()
+    assert got.tolist() == full[expected].tolist()
+
+
+def test_cached_ranking_far_from_the_origin_is_exact():
+    # |x|^2 ~ 8e6 while distances are ~1: the matrix product alone misorders a third of these
+    for seed in range(50):
+        rng = np.random.default_rng(seed)
+        matrix = (rng.normal(size=(300, 8)) + 1e3).astype(np.float32)
+        q = matrix[5] + rng.normal(scale=0.01, size=8).astype(np.float32)
+        norms = np.einsum("ij,ij->i", matrix, matrix)
+        vectors = _Vectors(
+            matrix, np.arange(300, dtype=np.uint64), norms, float(np.sqrt(norms.max()))
+        )
+        positions, _ = nearest_rows(vectors, q, 3, "l2")
+        assert (
+            positions.tolist() == np.argsort(distance(matrix, q, "l2"), kind="stable")[:3].tolist()
+        )
+
+
+def test_serial_while_fast_keeps_order_and_goes_concurrent_after_a_slow_call():
+    import threading
+
+    seen: list[tuple[int, int]] = []
+
+    def fn(x: int) -> int:
+        if x == 3:
+            time.sleep(0.02)
+        seen.append((x, threading.get_ident()))
+        return x * x
+
+    main = threading.get_ident()
+    assert serial_while_fast(fn, list(range(10)), threads=4) == [x * x for x in range(10)]
+    where = dict(seen)
+    assert all(where[x] == main for x in range(4))  # up to and including the slow call
+    assert any(where[x] != main for x in range(4, 10))
+    seen.clear()
+    assert serial_while_fast(fn, [0, 1, 2], threads=4) == [0, 1, 4]
+    assert {t for _, t in seen} == {main}
