@@ -176,6 +176,29 @@ def test_bad_probes_raise_naming_the_parameter_and_change_nothing(ns, params, na
     assert fingerprint(ns.uri) == before
 
 
+@pytest.mark.parametrize("index_type", ["IVF_PQ", "IVF_HNSW_SQ"])
+def test_routed_candidates_are_refined_together_by_exact_distance(tmp_path, index_type):
+    rows = clustered_rows(per_tenant=1500)  # ~500 rows per table: PQ codebooks train (>= 256)
+    ns = make_ns(tmp_path / "ns", rows)
+    cov = ns.create_index("v", index_type, min_rows=1, num_partitions=CLUSTERS_PER_TABLE)
+    assert cov.partitions_indexed == cov.partitions_total == 18
+    for seed in range(4):
+        q = query_near(seed)
+        found = ns.search(q, k=10)
+        got = found.column("_distance").to_numpy()
+        assert np.all(np.diff(got) >= 0)
+        # every distance returned is the row's exact one, not the index's approximation
+        hits = rows.filter(pa.compute.is_in(rows.column("id"), found.column("id")))
+        by_id = dict(
+            zip(hits.column("id").to_pylist(), distances(matrix_of(hits), q, "l2"), strict=True)
+        )
+        want = [by_id[i] for i in found.column("id").to_pylist()]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        # every cluster probed and every candidate re-ranked: brute force
+        everything = ns.search(q, k=10, probes=10_000, refine_factor=1_000)
+        assert everything.column("id").to_pylist() == brute_force(rows, q, 10)[0]
+
+
 def test_route_counts_the_nearest_centroids_per_table():
     a = np.array([[0.0, 0.0], [10.0, 0.0]], dtype=np.float32)
     b = np.array([[1.0, 0.0], [20.0, 0.0], [30.0, 0.0]], dtype=np.float32)

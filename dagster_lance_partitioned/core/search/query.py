@@ -23,7 +23,7 @@ from ..read.scan import read_schema
 from ..schema.arrow_json import strip_field_ids
 from .catalog import declared
 from .declaration import METRICS, IndexDeclaration, vector_dimension
-from .flat import cacheable, cached_candidates, flat, quoted
+from .flat import cacheable, cached_candidates, distance, flat, matrix_of, quoted
 from .routing import DEFAULT_PROBES, ivf_index, route
 from .searched import (
     DISTANCE,
@@ -191,11 +191,41 @@ class _Query:
         how = {id(t.searched): t for t in tables}
         done = for_each_searched(self.state, searched, lambda s: self.one(how[id(s)], nprobes))
         parts = [d for d in done if isinstance(d, pa.Table) and d.num_rows]
-        candidates.extend(d for d in done if isinstance(d, Candidates))
+        candidates.extend(self.refined([d for d in done if isinstance(d, _Approximate)]))
         parts.extend(fetch_best(candidates, self.k, self.schema, self.target))
         return parts, bool(nprobes)
 
-    def one(self, t: _Opened, nprobes: Mapping[int, int]) -> pa.Table | Candidates:
+    @property
+    def refine(self) -> int:
+        """Candidates re-ranked by exact distance per row kept."""
+        return max(1, int(self.extra.get("refine_factor") or DEFAULT_REFINE))
+
+    def refined(self, found: Sequence[_Approximate]) -> list[Candidates]:
+        """The ``k * refine_factor`` best of the routed tables' candidates together, by the
+        indexes' approximate distances, measured exactly (one read of their vectors per table
+        holding some; an ``IVF_FLAT`` index's distances are exact already)."""
+        found = [f for f in found if len(f.row_ids)]
+        if not found:
+            return []
+        distances = np.concatenate([f.distances for f in found])
+        owner = np.concatenate([np.full(len(f.row_ids), i) for i, f in enumerate(found)])
+        starts = np.cumsum([0, *(len(f.row_ids) for f in found)])
+        best = np.argsort(distances, kind="stable")[: self.k * self.refine]
+        picked = {i: best[owner[best] == i] - starts[i] for i in sorted(set(owner[best].tolist()))}
+        by_table = {id(found[i].searched): (found[i], rows) for i, rows in picked.items()}
+
+        def exact(searched: Searched) -> Candidates:
+            f, rows = by_table[id(searched)]
+            ids = np.sort(f.row_ids[rows])
+            if f.exact:
+                return Candidates(searched, f.row_ids[rows], f.distances[rows])
+            taken = searched.ds._take_rows(ids.tolist(), columns=[self.column])
+            matrix = matrix_of(taken.column(self.column), len(self.vector))
+            return Candidates(searched, ids, distance(matrix, self.vector, self.metric))
+
+        return for_each_searched(self.state, [f.searched for f, _ in by_table.values()], exact)
+
+    def one(self, t: _Opened, nprobes: Mapping[int, int]) -> pa.Table | _Approximate:
         """One table's search: routed (its nearest clusters only), Lance's, or read here."""
         if t.how == "flat":
             return flat(
@@ -214,18 +244,17 @@ class _Query:
             t.searched, self.target, self.column, self.vector, self.k, self.metric, self.extra
         )
 
-    def probed(self, t: _Opened, nprobes: int) -> Candidates:
-        """Lance's search of ``nprobes`` clusters of a table: the row ids and exact distances
-        of its best rows (their other columns are read only if they are among the k best)."""
+    def probed(self, t: _Opened, nprobes: int) -> _Approximate:
+        """Lance's search of ``nprobes`` clusters of a table, unrefined: the row ids and the
+        index's distances of its ``k * refine_factor`` best rows."""
         nearest = {
             "column": self.column,
             "q": self.vector,
-            "k": self.k,
             "metric": self.metric,
-            **self.extra,
+            **{key: v for key, v in self.extra.items() if key != "refine_factor"},
+            "k": self.k * self.refine,
             "nprobes": nprobes,
         }
-        nearest.setdefault("refine_factor", DEFAULT_REFINE)
         found = t.searched.ds.to_table(
             columns=[],
             with_row_id=True,
@@ -233,11 +262,22 @@ class _Query:
             filter=t.searched.lance_sql,
             prefilter=True,
         )
-        return Candidates(
+        return _Approximate(
             t.searched,
             found.column("_rowid").to_numpy().astype(np.uint64),
             found.column(DISTANCE).to_numpy().astype(np.float32),
+            exact=t.index_type == "IVF_FLAT",
         )
+
+
+@dataclass(frozen=True)
+class _Approximate:
+    """A routed table's best rows by its index's distances (``exact``: they are exact)."""
+
+    searched: Searched
+    row_ids: np.ndarray
+    distances: np.ndarray
+    exact: bool
 
 
 def text_index(
