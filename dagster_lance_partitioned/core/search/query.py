@@ -7,6 +7,8 @@ squared L2, ``1 - cosine``, ``1 - dot``); text queries are in :mod:`.text`."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,13 +109,7 @@ def search(
     probes = _probes(extra)
 
     def opened(task: ScanTask) -> _Opened:
-        searched = open_searched(task, schema, plan.residual_filter, opts)
-        if cacheable(searched, name):
-            return _Opened(searched, "cached", None)
-        if not searched.pushable:
-            return _Opened(searched, "flat", None)
-        ivf = ivf_index(searched.ds, name) if probes is not None else None
-        return _Opened(searched, "lance", *(ivf or (None, None)))
+        return _opened(task, schema, plan.residual_filter, opts, name, probes is not None)
 
     tables = for_each_partition(state, plan.tasks, opened, quick=True)  # opened before: cheap
     # left to its default, a query of one indexed table keeps Lance's own probing
@@ -145,6 +141,47 @@ def _probes(extra: dict[str, Any]) -> int | None:
     if isinstance(probes, bool) or not isinstance(probes, int | np.integer) or probes < 1:
         raise SearchQueryError(f"probes must be a positive integer, got {probes!r}")
     return int(probes)
+
+
+def _opened(
+    task: ScanTask,
+    schema: pa.Schema,
+    residual: str | None,
+    opts: dict[str, str] | None,
+    column: str,
+    routable: bool,
+) -> _Opened:
+    """``task``'s table opened for a vector search on ``column`` and how it is searched (kept
+    per process for pinned versions: a version never changes)."""
+    key = None
+    if task.read_version is not None:
+        options = tuple(sorted((opts or {}).items()))
+        key = (task.uri, task.read_version, task.read_branch, residual, column, routable, options)
+        with _opened_lock:
+            hit = _opened_tables.get(key)
+            if hit is not None:
+                _opened_tables.move_to_end(key)
+        if hit is not None and hit[1].searched.task == task and hit[0].equals(schema, True):
+            return hit[1]
+    searched = open_searched(task, schema, residual, opts)
+    if cacheable(searched, column):
+        out = _Opened(searched, "cached")
+    elif not searched.pushable:
+        out = _Opened(searched, "flat")
+    else:
+        ivf = ivf_index(searched.ds, column) if routable else None
+        out = _Opened(searched, "lance", *(ivf or (None, None)))
+    if key is not None:
+        with _opened_lock:
+            _opened_tables[key] = (schema, out)
+            while len(_opened_tables) > OPENED_CACHED:
+                _opened_tables.popitem(last=False)
+    return out
+
+
+OPENED_CACHED = 4096  # tables kept opened for vector searches, per process
+_opened_tables: OrderedDict[tuple[Any, ...], tuple[pa.Schema, _Opened]] = OrderedDict()
+_opened_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
