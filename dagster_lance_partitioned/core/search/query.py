@@ -34,6 +34,7 @@ from .searched import (
     fetch_best,
     for_each_partition,
     for_each_searched,
+    nearest_of,
     open_searched,
 )
 from .text import search_text
@@ -242,13 +243,7 @@ class _Query:
         indexes' approximate distances, measured exactly (one read of their vectors per table
         holding some; an ``IVF_FLAT`` index's distances are exact already)."""
         found = [f for f in found if len(f.row_ids)]
-        if not found:
-            return []
-        distances = np.concatenate([f.distances for f in found])
-        owner = np.concatenate([np.full(len(f.row_ids), i) for i, f in enumerate(found)])
-        starts = np.cumsum([0, *(len(f.row_ids) for f in found)])
-        best = np.argsort(distances, kind="stable")[: self.k * self.refine]
-        picked = {i: best[owner[best] == i] - starts[i] for i in sorted(set(owner[best].tolist()))}
+        picked = nearest_of([f.distances for f in found], self.k * self.refine)
         by_table = {id(found[i].searched): (found[i], rows) for i, rows in picked.items()}
 
         def exact(searched: Searched) -> Candidates:

@@ -87,21 +87,26 @@ class Candidates:
     distances: np.ndarray
 
 
+def nearest_of(distances: Sequence[np.ndarray], n: int) -> dict[int, np.ndarray]:
+    """Of several sets of distances, the ``n`` smallest over all of them (ties: earlier
+    first): set index -> positions in that set, for the sets holding some, in ascending order
+    of distance within each set."""
+    if not distances:
+        return {}
+    owner = np.concatenate([np.full(len(d), i) for i, d in enumerate(distances)])
+    starts = np.cumsum([0, *(len(d) for d in distances)])
+    best = np.argsort(np.concatenate(distances), kind="stable")[:n]
+    return {i: best[owner[best] == i] - starts[i] for i in sorted(set(owner[best].tolist()))}
+
+
 def fetch_best(
     found: Sequence[Candidates], k: int, schema: pa.Schema, target: pa.Schema
 ) -> list[pa.Table]:
     """The rows of the ``k`` nearest of all ``found`` candidates in ``target``'s columns, with
     their distances (one read per table holding some of them)."""
     found = [c for c in found if len(c.row_ids)]
-    if not found:
-        return []
-    distances = np.concatenate([c.distances for c in found])
-    owner = np.concatenate([np.full(len(c.row_ids), i) for i, c in enumerate(found)])
-    starts = np.cumsum([0, *(len(c.row_ids) for c in found)])
-    order = np.argsort(distances, kind="stable")[:k]
     out = []
-    for i in sorted(set(owner[order].tolist())):
-        mine = order[owner[order] == i] - starts[i]
+    for i, mine in nearest_of([c.distances for c in found], k).items():
         ids = found[i].row_ids[mine]
         rows = rows_by_id(found[i].searched, ids.tolist(), schema, target)
         by_id = dict(zip(ids.tolist(), found[i].distances[mine].tolist(), strict=True))
