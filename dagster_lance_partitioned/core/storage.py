@@ -203,6 +203,37 @@ def manifest_exists(manifest_uri: str, storage_options: dict[str, str] | None = 
         raise _store_error(e, manifest_uri, "looking for __manifest versions") from None
 
 
+_V2_VERSION_FILE = re.compile(r"^(\d{20})\.manifest$")
+_U64_MAX = (1 << 64) - 1
+
+
+def newest_listed_version(
+    manifest_uri: str, storage_options: dict[str, str] | None = None
+) -> int | None:
+    """The newest version of the Lance table at ``manifest_uri`` on an object store, from the
+    first entries of one listing of its ``_versions`` (version files named counting down
+    from u64::MAX list newest first); None when that cannot tell (local paths, other names,
+    no version file)."""
+    if store_scheme(manifest_uri) not in OBJECT_STORE_SCHEMES:
+        return None
+    loc = object_location(manifest_uri, storage_options)
+    versions = loc.key("_versions")
+    try:
+        for chunk in obstore.list(loc.store, versions, chunk_size=16):
+            for meta in chunk:
+                name = _relative(meta["path"], versions)
+                if match := _V2_VERSION_FILE.match(name):
+                    return _U64_MAX - int(match.group(1))
+                if name[:1].isdigit():
+                    return None  # another naming (V1 counts up): the first entry is not newest
+            return None
+    except FileNotFoundError:
+        return None
+    except BaseException as e:
+        raise _store_error(e, manifest_uri, "listing __manifest versions") from None
+    return None
+
+
 # --------------------------------------------------------------------------------------------
 # Object stores: obstore, the Python binding of the object_store crate Lance itself uses, so
 # Lance's storage options (and the AWS_* / GOOGLE_* / AZURE_* environment variables) configure

@@ -177,7 +177,9 @@ class ChangesFirstStore(ManifestStore):
         load: Callable[[lance.LanceDataset], ManifestSnapshot],
         plan: Callable[[ManifestSnapshot], ManifestEdit | None],
         timeout: float = COMMIT_TIMEOUT_SECONDS,
+        known: ManifestSnapshot | None = None,
     ) -> ManifestSnapshot:
+        # ``known`` (the data's base) precedes the changes' commit: never the newest here
         if self.made is None:
             nothing = False
             try:

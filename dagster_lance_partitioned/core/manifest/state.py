@@ -140,8 +140,12 @@ class NamespaceState:
 
     def refresh(self) -> NamespaceState:
         """Move to the latest manifest version (no-op when pinned); refused, staying on the
-        version read, when it lists an object id twice (see :meth:`ManifestSnapshot.verify`)."""
+        version read, when it lists an object id twice (see :meth:`ManifestSnapshot.verify`).
+        On an object store, when one listing shows the version read is still the newest,
+        nothing is read again."""
         if not self.pinned:
+            if self.store.newest_version() == self.snapshot.version:
+                return self
             self.snapshot = load_snapshot(self.store.open_latest()).verify(latest=True)
         return self
 

@@ -798,6 +798,11 @@ class ManifestStore:
                 versions[_U64_MAX - int(stem) if len(stem) == 20 else int(stem)] = f.path
         return versions[max(versions)] if versions else None
 
+    def newest_version(self) -> int | None:
+        """The newest ``__manifest`` version by one listing (object stores; None when a
+        listing cannot tell: then open the latest)."""
+        return storage.newest_listed_version(self.uri, self.storage_options)
+
     def exists_on_storage(self) -> bool:
         """Whether any ``__manifest`` version file exists (even an incomplete creation)."""
         return storage.manifest_exists(self.uri, self.storage_options)
@@ -835,6 +840,7 @@ class ManifestStore:
         load: Callable[[lance.LanceDataset], ManifestSnapshot],
         plan: Callable[[ManifestSnapshot], ManifestEdit | None],
         timeout: float = COMMIT_TIMEOUT_SECONDS,
+        known: ManifestSnapshot | None = None,
     ) -> ManifestSnapshot:
         """Apply ``plan(latest snapshot)`` as one Lance commit (row-level: only the changed rows
         are written, see :func:`~.edit.build_transaction`); on a concurrent commit,
@@ -843,7 +849,9 @@ class ManifestStore:
         returns None when there is nothing to commit: the snapshot it saw is returned).
 
         This is the one way ``__manifest`` changes after its creation: rows and table metadata
-        (schema, specs, writer flags) alike."""
+        (schema, specs, writer flags) alike. ``known``: a version already read (the caller's
+        base); when one listing shows it is still the newest, the first attempt plans on it
+        without reading it again."""
         self.check_store()
         deadline = time.monotonic() + timeout
         delay = 0.005
@@ -853,7 +861,10 @@ class ManifestStore:
             snap: ManifestSnapshot | None = None
             try:
                 with self._turn():
-                    snap = load(self.dataset())
+                    if attempts == 1 and known is not None and self._is_newest(known):
+                        snap = known
+                    else:
+                        snap = load(self.dataset())
                     edit = plan(snap)
                     if edit is None:
                         return snap
@@ -879,6 +890,10 @@ class ManifestStore:
             committed = load(ds)
             upkeep(ds)
             return committed
+
+    def _is_newest(self, snap: ManifestSnapshot) -> bool:
+        """Whether one listing shows ``snap`` is the newest version (False: cannot tell)."""
+        return self.newest_version() == snap.version
 
     def _moved_on(self, snap: ManifestSnapshot | None, error: Exception) -> bool:
         """Whether ``error``, raised while planning on ``snap``, is a read of files a cleanup

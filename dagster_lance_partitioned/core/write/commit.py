@@ -160,7 +160,7 @@ class WriteCommit(ABC):
                 return self.base
             return ManifestSnapshot(ds, list(self.base.specs.values()))
 
-        snap = self.committed = self.store.commit(load, plan)
+        snap = self.committed = self.store.commit(load, plan, known=self.base)
         if self.spec.draft and snap.metadata.get(self.spec.key) != self.base.metadata.get(
             self.spec.key
         ):
