@@ -861,7 +861,11 @@ class ManifestStore:
             snap: ManifestSnapshot | None = None
             try:
                 with self._turn():
-                    if attempts == 1 and known is not None and self._is_newest(known):
+                    if (
+                        known is not None
+                        and attempts == 1
+                        and (self.newest_version() == known.version)
+                    ):
                         snap = known
                     else:
                         snap = load(self.dataset())
@@ -890,10 +894,6 @@ class ManifestStore:
             committed = load(ds)
             upkeep(ds)
             return committed
-
-    def _is_newest(self, snap: ManifestSnapshot) -> bool:
-        """Whether one listing shows ``snap`` is the newest version (False: cannot tell)."""
-        return self.newest_version() == snap.version
 
     def _moved_on(self, snap: ManifestSnapshot | None, error: Exception) -> bool:
         """Whether ``error``, raised while planning on ``snap``, is a read of files a cleanup
