@@ -17,8 +17,6 @@ not made again when a commit is re-planned."""
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -34,6 +32,7 @@ from .. import storage
 from .. import table_version as tv
 from ..concurrency import table_threads
 from ..errors import PartitionReadError, WriteError, is_storage_failure, storage_error
+from ..lru import Lru
 from ..manifest import retire
 from ..read.planning import ScanTask
 from ..read.scan import iter_task_batches, lance_filter, open_table
@@ -400,31 +399,9 @@ class TableExecutor:
         return self._kept(uri, tv.commit_on(uri, ds, op, self.opts, check))
 
 
-class _Recent:
-    """The table versions this process made lately, open (a version never changes, so the
-    next change of the table starts from the handle instead of reading its manifest again)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[tuple[Any, ...], lance.LanceDataset] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[Any, ...]) -> lance.LanceDataset | None:
-        with self._lock:
-            ds = self._items.get(key)
-            if ds is not None:
-                self._items.move_to_end(key)
-            return ds
-
-    def put(self, key: tuple[Any, ...], ds: lance.LanceDataset) -> None:
-        with self._lock:
-            self._items[key] = ds
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-
-_recent = _Recent(RECENT_VERSIONS)
+# the table versions this process made lately, open (a version never changes, so the next
+# change of the table starts from the handle instead of reading its manifest again)
+_recent: Lru[lance.LanceDataset] = Lru(RECENT_VERSIONS)
 
 
 def _options_key(options: dict[str, str] | None) -> tuple[tuple[str, str], ...]:

@@ -7,8 +7,6 @@ squared L2, ``1 - cosine``, ``1 - dot``); text queries are in :mod:`.text`."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import SearchQueryError
+from ..lru import Lru
 from ..manifest.state import HasState, NamespaceState, state_of
 from ..read.filters import FilterLike
 from ..read.planning import ScanTask
@@ -158,10 +157,7 @@ def _opened(
     if task.read_version is not None:
         options = tuple(sorted((opts or {}).items()))
         key = (task.uri, task.read_version, task.read_branch, residual, column, routable, options)
-        with _opened_lock:
-            hit = _opened_tables.get(key)
-            if hit is not None:
-                _opened_tables.move_to_end(key)
+        hit = _opened_tables.get(key)
         if hit is not None and hit[1].searched.task == task and hit[0].equals(schema, True):
             return hit[1]
     searched = open_searched(task, schema, residual, opts)
@@ -173,16 +169,12 @@ def _opened(
         ivf = ivf_index(searched.ds, column) if routable else None
         out = _Opened(searched, "lance", *(ivf or (None, None)))
     if key is not None:
-        with _opened_lock:
-            _opened_tables[key] = (schema, out)
-            while len(_opened_tables) > OPENED_CACHED:
-                _opened_tables.popitem(last=False)
+        _opened_tables.put(key, (schema, out))
     return out
 
 
 OPENED_CACHED = 4096  # tables kept opened for vector searches, per process
-_opened_tables: OrderedDict[tuple[Any, ...], tuple[pa.Schema, _Opened]] = OrderedDict()
-_opened_lock = threading.Lock()
+_opened_tables: Lru[tuple[pa.Schema, _Opened]] = Lru(OPENED_CACHED)
 
 
 @dataclass(frozen=True)
@@ -248,9 +240,9 @@ class _Query:
 
         def exact(searched: Searched) -> Candidates:
             f, rows = by_table[id(searched)]
-            ids = np.sort(f.row_ids[rows])
             if f.exact:
                 return Candidates(searched, f.row_ids[rows], f.distances[rows])
+            ids = np.sort(f.row_ids[rows])
             taken = searched.ds._take_rows(ids.tolist(), columns=[self.column])
             matrix = matrix_of(taken.column(self.column), len(self.vector))
             return Candidates(searched, ids, distance(matrix, self.vector, self.metric))

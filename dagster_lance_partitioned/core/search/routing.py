@@ -13,14 +13,12 @@ version never changes) and kept per process."""
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
 
 import lance
 import numpy as np
 
+from ..lru import Lru
 from .build import describe
 from .flat import distance
 
@@ -32,28 +30,6 @@ CENTROIDS_CACHED = 4096  # table versions whose centroids are kept per process
 # Lance includes IVF centroids in index statistics only when this is set (its default is
 # changing); setting it before the first read keeps them there for this process
 CENTROIDS_ENV = "LANCE_INCLUDE_VECTOR_CENTROIDS"
-
-
-class _CentroidCache:
-    """A process-wide LRU of (table version, index) -> centroids (None: not an IVF index)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[tuple[Any, ...], np.ndarray | None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, ds: lance.LanceDataset, index: str) -> np.ndarray | None:
-        key = (ds.uri, ds.version, index)
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-        value = _read_centroids(ds, index)
-        with self._lock:
-            self._items[key] = value
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-        return value
 
 
 def _read_centroids(ds: lance.LanceDataset, index: str) -> np.ndarray | None:
@@ -72,7 +48,17 @@ def _read_centroids(ds: lance.LanceDataset, index: str) -> np.ndarray | None:
     return matrix if matrix.ndim == 2 and len(matrix) else None
 
 
-_centroids = _CentroidCache(CENTROIDS_CACHED)
+# (table version, index) -> its centroids (boxed: None is "not an IVF index")
+_centroids: Lru[tuple[np.ndarray | None]] = Lru(CENTROIDS_CACHED)
+
+
+def _centroids_of(ds: lance.LanceDataset, index: str) -> np.ndarray | None:
+    key = (ds.uri, ds.version, index)
+    hit = _centroids.get(key)
+    if hit is None:
+        hit = (_read_centroids(ds, index),)
+        _centroids.put(key, hit)
+    return hit[0]
 
 
 def ivf_index(ds: lance.LanceDataset, column: str) -> tuple[str, np.ndarray] | None:
@@ -85,7 +71,7 @@ def ivf_index(ds: lance.LanceDataset, column: str) -> tuple[str, np.ndarray] | N
     index_type = str(getattr(indexes[on[0]], "index_type", "")).upper()
     if not index_type.startswith("IVF"):
         return None
-    centroids = _centroids.get(ds, on[0])
+    centroids = _centroids_of(ds, on[0])
     return None if centroids is None else (index_type, centroids)
 
 

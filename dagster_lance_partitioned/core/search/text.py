@@ -21,8 +21,6 @@ tokenized alike."""
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +32,7 @@ import pyarrow.compute as pc
 from lance.query import MatchQuery
 
 from ..errors import SearchQueryError
+from ..lru import Lru
 from ..manifest.state import NamespaceState
 from ..read.filters import FilterLike
 from ..read.planning import ScanTask
@@ -70,30 +69,8 @@ class _Partition:
     postings: dict[str, tuple[np.ndarray, np.ndarray]]
 
 
-class _Postings:
-    """A process-wide LRU of (table version, column, tokenizer, token) -> (row ids, scores)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray] | None:
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is not None:
-                self._items.move_to_end(key)
-            return hit
-
-    def put(self, key: tuple[Any, ...], value: tuple[np.ndarray, np.ndarray]) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-
-_postings = _Postings(POSTINGS_CACHED)
+# (table version, column, tokenizer, token) -> (row ids, scores)
+_postings: Lru[tuple[np.ndarray, np.ndarray]] = Lru(POSTINGS_CACHED)
 
 
 def _indexed_postings(
