@@ -51,15 +51,24 @@ def _counted(proxy: DelayProxy, run: object) -> dict[str, int]:
     return proxy.counts()
 
 
-def test_writes_stay_within_their_request_budgets(
+def _new_namespace(
     proxied: tuple[S3Server, DelayProxy],
-) -> None:
+) -> tuple[PartitionedNamespace, str, dict[str, str]]:
+    """A new namespace in a bucket of its own, reached through the proxy."""
     server, proxy = proxied
     options = storage_options(proxy.endpoint)
     uri = f"s3://{server.create_bucket()}/events"
     ns = PartitionedNamespace.create(
         uri, SCHEMA, [PartitionField.identity("day")], storage_options=options
     )
+    return ns, uri, options
+
+
+def test_writes_stay_within_their_request_budgets(
+    proxied: tuple[S3Server, DelayProxy],
+) -> None:
+    proxy = proxied[1]
+    ns, uri, options = _new_namespace(proxied)
 
     # N new partitions: the refresh (1 listing: the version the handle read is the newest,
     # nothing read again; it was 3), 5 per new table (Lance's floor: 2 LIST + 3 PUT), the
@@ -104,12 +113,7 @@ def test_a_handle_behind_the_newest_version_reads_it_and_commits_on_it(
     # the listing that spares re-reading a version must never keep a handle on an old one
     from dagster_lance_partitioned.core.transaction import write_rows
 
-    server, proxy = proxied
-    options = storage_options(proxy.endpoint)
-    uri = f"s3://{server.create_bucket()}/events"
-    first = PartitionedNamespace.create(
-        uri, SCHEMA, [PartitionField.identity("day")], storage_options=options
-    )
+    first, uri, options = _new_namespace(proxied)
     first.write(_rows(range(2), 3), mode="append")
     behind = PartitionedNamespace.open(uri, options)
     ahead = PartitionedNamespace.open(uri, options)
