@@ -9,10 +9,11 @@ once. ``DLP_TABLE_CONCURRENCY`` (environment) sets the number for every store.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Any, TypeVar
 
 from .storage import local_path
 
@@ -38,14 +39,62 @@ def table_threads(root: str) -> int:
     return LOCAL_TABLE_THREADS if local_path(root) is not None else REMOTE_TABLE_THREADS
 
 
+# parallel_map's workers: threads kept for the process (starting a pool costs about half a
+# millisecond, as much as a search of a small table); a call made from one of them (nested)
+# gets threads of its own, so that no worker ever waits for a task queued behind it
+_SHARED_THREADS = 64
+_shared: ThreadPoolExecutor | None = None
+_shared_lock = threading.Lock()
+_local = threading.local()
+
+
+def _forget_shared() -> None:
+    """In a forked child: the parent's workers are not there."""
+    global _shared, _shared_lock
+    _shared, _shared_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_shared)
+
+
+def _shared_pool() -> ThreadPoolExecutor:
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = ThreadPoolExecutor(_SHARED_THREADS, thread_name_prefix="dlp")
+        return _shared
+
+
 def parallel_map(
     fn: Callable[[T], R], items: Sequence[T], threads: int = INSPECT_THREADS
 ) -> list[R]:
-    """``[fn(x) for x in items]``, a few at a time, in order."""
+    """``[fn(x) for x in items]``, at most ``threads`` at a time, in order (the first error
+    raised once every started call has returned)."""
     if len(items) <= 1 or threads <= 1:
         return [fn(x) for x in items]
-    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
-        return list(pool.map(fn, items))
+    out: list[Any] = [None] * len(items)
+    claim = iter(range(len(items)))
+    lock = threading.Lock()
+
+    def lane() -> None:
+        _local.nested = True
+        while True:
+            with lock:
+                i = next(claim, None)
+            if i is None:
+                return
+            out[i] = fn(items[i])
+
+    lanes = min(threads, len(items))
+    if getattr(_local, "nested", False):
+        with ThreadPoolExecutor(max_workers=lanes) as pool:
+            futures = [pool.submit(lane) for _ in range(lanes)]
+    else:
+        futures = [_shared_pool().submit(lane) for _ in range(lanes)]
+    wait(futures)
+    for future in futures:
+        future.result()
+    return out
 
 
 # a call quicker than this is CPU work on cached state (threads would only contend for it)

@@ -272,8 +272,13 @@ def test_search_text_equals_the_api(capsys, searchable):
     query = "t1x t7x"
     rows = run_json(capsys, "search", searchable.uri, "--text", query, "-k", "6")
     api = searchable.search(query, k=6)
-    assert [r["id"] for r in rows] == api["id"].to_pylist()
     np.testing.assert_allclose([r["_score"] for r in rows], api["_score"].to_numpy(), rtol=1e-6)
+    # the same rows up to ties (scores equal to float32 precision: the first search of a
+    # table is scored by Lance, later ones from its terms held in memory)
+    cli = tie_groups([r["id"] for r in rows], [r["_score"] for r in rows])
+    same = tie_groups(api["id"].to_pylist(), api["_score"].to_pylist())
+    assert len(cli) == len(same)
+    assert cli[:-1] == same[:-1]  # the last group may be cut at k differently
     assert list(rows[0])[-1] == "_score"
     scores = [r["_score"] for r in rows]
     assert scores == sorted(scores, reverse=True)
@@ -287,6 +292,17 @@ def test_search_text_equals_the_api(capsys, searchable):
         "6 rows matching the text on column txt (_score: BM25), best first (12 of 12 "
         "partitions searched)"
     )
+
+
+def tie_groups(ids: list[int], scores: list[float]) -> list[set[int]]:
+    """``ids`` (best first) grouped by score, scores within float32 rounding tied."""
+    groups: list[tuple[float, set[int]]] = []
+    for i, score in zip(ids, scores, strict=True):
+        if groups and abs(groups[-1][0] - score) <= 1e-6 * abs(score):
+            groups[-1][1].add(i)
+        else:
+            groups.append((score, {i}))
+    return [g for _, g in groups]
 
 
 # -- search: errors ---------------------------------------------------------------------------

@@ -161,12 +161,23 @@ def plan_scan(
     projected onto every spec version's partition columns and ``__manifest`` is queried once.
 
     What depends only on the filter, the schema and the manifest version (the compiled
-    filter, its projections, the manifest query and the tables it selects) is computed once
-    per process; the tasks (and the checks of their locations) are made on every call."""
+    filter, its projections, the manifest query, the tables it selects and their tasks) is
+    computed once per process; the tables' directories are checked for links on every call
+    (see :func:`.storage.check_no_links`)."""
     sql = to_sql(filter)
     shape = _shape(sql, schema, tuple(sorted(snapshot.specs.items())), snapshot.arrow_schema)
-    tables = _selected_tables(snapshot, shape)
-    tasks = [_task(t, snapshot.specs[t.spec_id], root, schema, shape.exact) for t in tables]
+
+    def make() -> tuple[pa.Schema, tuple[ScanTask, ...]]:
+        tables = _selected_tables(snapshot, shape)
+        specs = snapshot.specs
+        return schema, tuple(_task(t, specs[t.spec_id], root, schema, shape.exact) for t in tables)
+
+    # keyed by the schema object (kept with the tasks, so that its id is not reused)
+    made, tasks = snapshot.memo(("tasks", root, id(schema), sql), make)
+    if made is not schema:
+        made, tasks = make()
+    for task in tasks:
+        storage.check_no_links(root, task.location, task.object_id)
     return ScanPlan(
         tuple(tasks),
         sql,
@@ -393,10 +404,11 @@ def _task(
     values = entry.partition_values(spec)
     storage.check_table_refs(entry.object_id, entry.location, entry.read_branch, entry.read_tag)
     constants = identity_constants(spec, schema, values)
+    storage.check_location(entry.location, entry.object_id)
     return ScanTask(
         entry.object_id,
         entry.location,
-        storage.table_uri(root, entry.location, entry.object_id),
+        storage.join(root, entry.location),
         None if entry.read_version is None else int(entry.read_version),
         entry.read_branch,
         entry.read_tag,

@@ -81,6 +81,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import SchemaError
+from ..lru import Lru
 
 FIELD_ID_KEY = "lance:field_id"
 """Field metadata key holding a field's Lance field id (decimal string)."""
@@ -560,9 +561,21 @@ def assign_field_ids(schema: pa.Schema, next_id: int = 0) -> tuple[pa.Schema, in
     return new_schema, counter[0]
 
 
+# id(schema) -> (that schema, it stripped): searches strip the same schema once per table
+_stripped: Lru[tuple[pa.Schema, pa.Schema]] = Lru(64)
+
+
 def strip_field_ids(schema: pa.Schema) -> pa.Schema:
     """The schema without any field-id metadata; other metadata is kept."""
+    hit = _stripped.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    stripped = _strip(schema)
+    _stripped.put(id(schema), (schema, stripped))
+    return stripped
 
+
+def _strip(schema: pa.Schema) -> pa.Schema:
     def visit(f: pa.Field) -> pa.Field:
         md = {
             k: v for k, v in (f.metadata or {}).items() if k not in (_FIELD_ID_BKEY, _ENTRIES_BKEY)

@@ -10,7 +10,6 @@ with ``fold=True`` (``ns.maintenance.optimize_indexes``)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from lance.dataset import Index
 
 from .. import table_version as tv
 from ..errors import IndexBuildError, clean_message
+from ..lru import Lru
 from ..schema.conform import column_sources
 from .declaration import IndexDeclaration, vector_dimension
 
@@ -53,24 +53,17 @@ class IndexedVersion:
     dropped: tuple[str, ...] = ()
 
 
-_lock = threading.Lock()
-_described: dict[tuple[str, int], tuple[int, dict[str, Any]]] = {}
-_DESCRIBED_MAX = 4096
+_described: Lru[tuple[int, dict[str, Any]]] = Lru(4096)
 
 
 def describe(ds: lance.LanceDataset) -> tuple[int, dict[str, Any]]:
     """(rows, index name -> Lance's description) of a table version (cached: a version never
     changes)."""
     key = (ds.uri, ds.version)
-    with _lock:
-        hit = _described.get(key)
-    if hit is not None:
-        return hit
-    found = (ds.count_rows(), {d.name: d for d in ds.describe_indices()})
-    with _lock:
-        if len(_described) >= _DESCRIBED_MAX:
-            _described.clear()
-        _described[key] = found
+    found = _described.get(key)
+    if found is None:
+        found = (ds.count_rows(), {d.name: d for d in ds.describe_indices()})
+        _described.put(key, found)
     return found
 
 

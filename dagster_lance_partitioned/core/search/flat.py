@@ -7,16 +7,14 @@ the k nearest, ties broken by row position."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
 
 import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..lru import Lru
 from ..read.scan import iter_task_batches, read_schema
 from ..schema.arrow_json import strip_field_ids
 from .build import describe
@@ -68,45 +66,28 @@ class _Vectors:
         return self.matrix.nbytes + self.row_ids.nbytes + self.norms.nbytes
 
 
-class _VectorCache:
-    """A process-wide LRU of (table version, column) -> its vectors, bounded in bytes."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-        self._items: OrderedDict[tuple[Any, ...], _Vectors] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, ds: lance.LanceDataset, column: str) -> _Vectors:
-        key = (ds.uri, ds.version, column)
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is not None:
-                self._items.move_to_end(key)
-                return hit
-        table = ds.to_table(
-            columns=[column], with_row_id=True, filter=f"{quoted(column)} IS NOT NULL"
-        )
-        dimension = vector_dimension(table.schema.field(column).type) or 1
-        matrix = matrix_of(table.column(column), dimension)
-        norms = np.einsum("ij,ij->i", matrix, matrix)
-        value = _Vectors(
-            matrix,
-            table.column("_rowid").to_numpy().astype(np.uint64),
-            norms,
-            float(np.sqrt(norms.max())) if len(norms) else 0.0,
-        )
-        with self._lock:
-            if key not in self._items and value.nbytes <= self.limit:
-                self._items[key] = value
-                self.used += value.nbytes
-                while self.used > self.limit:
-                    _, old = self._items.popitem(last=False)
-                    self.used -= old.nbytes
-        return value
+# (table version, column) -> its vectors, bounded in bytes
+_cached_vectors: Lru[_Vectors] = Lru(FLAT_CACHE_BYTES, weight=lambda v: v.nbytes)
 
 
-_vectors = _VectorCache(FLAT_CACHE_BYTES)
+def vectors_of(ds: lance.LanceDataset, column: str) -> _Vectors:
+    """The non-null vectors of ``column`` in a table version (cached)."""
+    key = (ds.uri, ds.version, column)
+    hit = _cached_vectors.get(key)
+    if hit is not None:
+        return hit
+    table = ds.to_table(columns=[column], with_row_id=True, filter=f"{quoted(column)} IS NOT NULL")
+    dimension = vector_dimension(table.schema.field(column).type) or 1
+    matrix = matrix_of(table.column(column), dimension)
+    norms = np.einsum("ij,ij->i", matrix, matrix)
+    value = _Vectors(
+        matrix,
+        table.column("_rowid").to_numpy().astype(np.uint64),
+        norms,
+        float(np.sqrt(norms.max())) if len(norms) else 0.0,
+    )
+    _cached_vectors.put(key, value)
+    return value
 
 
 def cacheable(searched: Searched, column: str) -> bool:
@@ -124,7 +105,7 @@ def cached_candidates(
     searched: Searched, column: str, vector: np.ndarray, k: int, metric: str
 ) -> Candidates:
     """The ``k`` nearest rows of a small table, from its cached vectors."""
-    vectors = _vectors.get(searched.ds, column)
+    vectors = vectors_of(searched.ds, column)
     rows, distances = nearest_rows(vectors, vector, k, metric)
     return Candidates(searched, vectors.row_ids[rows], distances)
 

@@ -20,7 +20,7 @@ from ..lru import Lru
 from ..manifest.state import HasState, NamespaceState, state_of
 from ..read.filters import FilterLike
 from ..read.planning import ScanTask
-from ..read.scan import read_schema
+from ..read.scan import read_schema, scan_concurrency
 from ..schema.arrow_json import strip_field_ids
 from .catalog import declared
 from .declaration import METRICS, IndexDeclaration, vector_dimension
@@ -222,7 +222,8 @@ class _Query:
         done = for_each_searched(self.state, searched, lambda s: self.one(how[id(s)], nprobes))
         parts = [d for d in done if isinstance(d, pa.Table) and d.num_rows]
         candidates.extend(self.refined([d for d in done if isinstance(d, _Approximate)]))
-        parts.extend(fetch_best(candidates, self.k, self.schema, self.target))
+        threads = scan_concurrency(self.state.uri)
+        parts.extend(fetch_best(candidates, self.k, self.schema, self.target, threads))
         return parts, bool(nprobes)
 
     @property

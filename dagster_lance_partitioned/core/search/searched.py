@@ -19,6 +19,7 @@ from ..read.scan import _filtered, _guarded, _layout, lance_filter, open_table, 
 from ..schema.arrow_json import strip_field_ids
 from ..schema.conform import conform_for_read
 from ..spec.partition_constants import fill_constants
+from .rows import take_rows
 
 DISTANCE = "_distance"  # vector search: the result column of distances (ascending)
 SCORE = "_score"  # full-text search: the result column of BM25 scores (descending)
@@ -100,23 +101,41 @@ def nearest_of(distances: Sequence[np.ndarray], n: int) -> dict[int, np.ndarray]
 
 
 def fetch_best(
-    found: Sequence[Candidates], k: int, schema: pa.Schema, target: pa.Schema
+    found: Sequence[Candidates], k: int, schema: pa.Schema, target: pa.Schema, threads: int = 1
 ) -> list[pa.Table]:
     """The rows of the ``k`` nearest of all ``found`` candidates in ``target``'s columns, with
-    their distances (one read per table holding some of them)."""
+    their distances (one read per table holding some of them, ``threads`` at a time)."""
     found = [c for c in found if len(c.row_ids)]
-    out = []
-    for i, mine in nearest_of([c.distances for c in found], k).items():
-        ids = found[i].row_ids[mine]
-        rows = rows_by_id(found[i].searched, ids.tolist(), schema, target)
-        by_id = dict(zip(ids.tolist(), found[i].distances[mine].tolist(), strict=True))
+    picked = [
+        (found[i].searched, found[i].row_ids[mine], found[i].distances[mine])
+        for i, mine in nearest_of([c.distances for c in found], k).items()
+    ]
+    return fetch_scored(picked, DISTANCE, schema, target, threads)
+
+
+def fetch_scored(
+    picked: Sequence[tuple[Searched, np.ndarray, np.ndarray]],
+    column: str,
+    schema: pa.Schema,
+    target: pa.Schema,
+    threads: int = 1,
+) -> list[pa.Table]:
+    """For each (table, row ids, values): those rows in ``target``'s columns (the ones the
+    search filter keeps) with their values as float32 column ``column``; the tables are read
+    in this thread while that is quick (rows kept in memory), else ``threads`` at a time."""
+
+    def one(item: tuple[Searched, np.ndarray, np.ndarray]) -> pa.Table:
+        searched, ids, values = item
+        rows = rows_by_id(searched, ids.tolist(), schema, target)
+        by_id = dict(zip(ids.tolist(), values.tolist(), strict=True))
         got = rows.column("_rowid").to_pylist()
-        out.append(
-            rows.drop_columns(["_rowid"]).append_column(
-                DISTANCE, pa.array([by_id[r] for r in got], pa.float32())
-            )
+        return rows.drop_columns(["_rowid"]).append_column(
+            column, pa.array([by_id[r] for r in got], pa.float32())
         )
-    return out
+
+    return serial_while_fast(
+        lambda item: _guarded(item[0].task, lambda: one(item)), picked, threads
+    )
 
 
 def rows_by_id(
@@ -129,7 +148,7 @@ def rows_by_id(
     present = [src for f in need if (src := searched.sources.get(f.name)) is not None]
     ids = [int(i) for i in row_ids]
     if present:
-        raw = searched.ds._take_rows(ids, columns=present)
+        raw = take_rows(searched.ds, ids, present)
     else:
         raw = pa.table({"__rows": pa.nulls(len(ids), pa.null())})
     table = conform_for_read(raw, need, searched.task.object_id, searched.sources)

@@ -14,13 +14,16 @@ table version are cached (a version never changes). After rows are deleted, Lanc
 scoring with the statistics its index was built on, so scores drift by a few percent until
 ``optimize_indexes`` rebuilds those indexes.
 
-A partition table without the index (written before the declaration reached its writer) is
-scored exhaustively with the same formula (Lance's k1 = 1.2, b = 0.75), its documents
-tokenized alike."""
+Small tables searched again, and tables without the index (written before the declaration
+reached their writer), are scored here from their terms held in memory with the same formula
+(Lance's k1 = 1.2, b = 0.75), their documents tokenized alike: see :mod:`.terms`. Scores
+are ranked as they are returned, in float32, ties (equal scores) by partition and row id.
+Lance computes in float32 as well: a row of a table it scored may differ in the last bit from
+the same row scored here, so rows tied to that precision may come in another order the first
+time a table is searched than later."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,18 +39,13 @@ from ..lru import Lru
 from ..manifest.state import NamespaceState
 from ..read.filters import FilterLike
 from ..read.planning import ScanTask
+from ..read.scan import scan_concurrency
 from .build import describe
 from .declaration import IndexDeclaration
-from .searched import SCORE, Searched, for_each_partition, open_searched, rows_by_id
+from .searched import SCORE, Searched, fetch_scored, for_each_partition, open_searched
+from .terms import Postings, TableTerms, TermsSource, idf
 
-K1 = 1.2
-B = 0.75
 POSTINGS_CACHED = 4096  # (table version, token) results kept per process
-
-
-def idf(docs: int, matching: int) -> float:
-    """BM25's inverse document frequency, as Lance computes it."""
-    return math.log(1.0 + (docs - matching + 0.5) / (matching + 0.5))
 
 
 def tokens(query: str, decl: IndexDeclaration) -> list[str]:
@@ -66,16 +64,17 @@ class _Partition:
 
     searched: Searched
     docs: int
-    postings: dict[str, tuple[np.ndarray, np.ndarray]]
+    postings: dict[str, Postings]
 
 
 # (table version, column, tokenizer, token) -> (row ids, scores)
-_postings: Lru[tuple[np.ndarray, np.ndarray]] = Lru(POSTINGS_CACHED)
+_postings: Lru[Postings] = Lru(POSTINGS_CACHED)
 
 
 def _indexed_postings(
     searched: Searched, column: str, decl: IndexDeclaration, words: list[str]
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+) -> dict[str, Postings]:
+    """Per-token BM25 contributions from Lance's searches of the table's index."""
     ds = searched.ds
     out = {}
     for word in words:
@@ -94,37 +93,6 @@ def _indexed_postings(
             )
             _postings.put(key, hit)
         out[word] = hit
-    return out
-
-
-def _flat_postings(
-    searched: Searched, column: str, decl: IndexDeclaration, words: list[str]
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per-token BM25 contributions of every row of a table without the index."""
-    table = searched.ds.to_table(columns=[column], with_row_id=True)
-    ids = table.column("_rowid").to_numpy().astype(np.uint64)
-    options = decl.tokenizer()
-    counts: list[dict[str, int]] = []
-    lengths = np.zeros(len(ids), dtype=np.float64)
-    for i, text in enumerate(table.column(column).to_pylist()):
-        found = [t.text for t in lance.tokenize(text, **options)] if text else []
-        lengths[i] = len(found)
-        tally: dict[str, int] = {}
-        for token in found:
-            tally[token] = tally.get(token, 0) + 1
-        counts.append(tally)
-    docs = len(ids)
-    average = float(lengths.mean()) if docs and lengths.sum() else 1.0
-    out = {}
-    for word in words:
-        rows = np.array([i for i, c in enumerate(counts) if word in c], dtype=np.int64)
-        if not len(rows):
-            out[word] = (np.zeros(0, np.uint64), np.zeros(0, np.float64))
-            continue
-        tf = np.array([counts[i][word] for i in rows], dtype=np.float64)
-        norm = K1 * (1 - B + B * lengths[rows] / average)
-        scores = idf(docs, len(rows)) * tf * (K1 + 1) / (tf + norm)
-        out[word] = (ids[rows], scores)
     return out
 
 
@@ -148,6 +116,7 @@ def search_text(
         return out_schema.empty_table()
     schema = state.schema_with_ids
     plan = state.plan_scan(filter)
+    source = TermsSource(decl)
 
     def one(task: ScanTask) -> _Partition:
         searched = open_searched(task, schema, plan.residual_filter, state.storage_options)
@@ -155,13 +124,17 @@ def search_text(
         docs, indexes = describe(searched.ds)
         if column is None or docs == 0:
             return _Partition(searched, docs, {})
-        if decl.name in indexes:
-            postings = _indexed_postings(searched, column, decl, words)
+        index = indexes.get(decl.name)
+        terms: TableTerms | None
+        if index is None:
+            terms = source.unindexed(searched.ds, column)
         else:
-            postings = _flat_postings(searched, column, decl, words)
-        return _Partition(searched, docs, postings)
+            terms = source.indexed(searched.ds, column, docs, int(index.num_rows_indexed))
+        if terms is None:
+            return _Partition(searched, docs, _indexed_postings(searched, column, decl, words))
+        return _Partition(searched, docs, {w: terms.postings(w) for w in words})
 
-    parts = for_each_partition(state, plan.tasks, one)
+    parts = for_each_partition(state, plan.tasks, one, quick=True)
     docs = sum(p.docs for p in parts)
     matching = {w: sum(len(p.postings.get(w, ((),))[0]) for p in parts) for w in words}
     ranked: list[tuple[np.ndarray, np.ndarray, int]] = []  # (row ids, scores, partition)
@@ -182,7 +155,8 @@ def search_text(
         summed = np.zeros(len(unique), dtype=np.float64)
         np.add.at(summed, inverse, all_scores)
         ranked.append((unique, summed, i))
-    return _top(parts, ranked, k, schema, target, out_schema)
+    threads = scan_concurrency(state.uri)
+    return _top(parts, ranked, k, schema, target, out_schema, threads)
 
 
 def _top(
@@ -192,12 +166,14 @@ def _top(
     schema: pa.Schema,
     target: pa.Schema,
     out_schema: pa.Schema,
+    threads: int,
 ) -> pa.Table:
     """The ``k`` best-scoring rows that pass each partition's filter, fetched in rounds from
-    the best candidates down."""
+    the best candidates down (``threads`` tables at a time)."""
     if not ranked:
         return out_schema.empty_table()
-    scores = np.concatenate([s for _, s, _ in ranked])
+    # ranked as returned: in float32, so that rows shown with equal scores are ties
+    scores = np.concatenate([s for _, s, _ in ranked]).astype(np.float32)
     ids = np.concatenate([r for r, _, _ in ranked])
     owner = np.concatenate([np.full(len(r), i, dtype=np.int64) for r, _, i in ranked])
     # best first; ties by partition order, then row id (deterministic)
@@ -210,16 +186,14 @@ def _top(
     while start < len(order) and have < k:
         chunk = order[start : start + size]
         start += len(chunk)
-        for i in sorted(set(owner[chunk].tolist())):
-            mine = chunk[owner[chunk] == i]
-            rows = rows_by_id(parts[i].searched, ids[mine].tolist(), schema, target)
-            by_id = dict(zip(ids[mine].tolist(), scores[mine].tolist(), strict=True))
-            got = rows.column("_rowid").to_pylist()
-            table = rows.drop_columns(["_rowid"]).append_column(
-                SCORE, pa.array([by_id[r] for r in got], pa.float32())
-            )
-            kept.append(table)
-            have += table.num_rows
+        picked = [
+            (parts[i].searched, ids[mine], scores[mine])
+            for i in sorted(set(owner[chunk].tolist()))
+            for mine in [chunk[owner[chunk] == i]]
+        ]
+        tables = fetch_scored(picked, SCORE, schema, target, threads)
+        kept.extend(tables)
+        have += sum(t.num_rows for t in tables)
         if not filtered:
             break
         size *= 4

@@ -1,0 +1,293 @@
+"""What searches keep in memory between queries: the terms of small tables (full-text queries
+scored here from them equal Lance's scores), the returned columns of small tables (rows taken
+from them equal Lance's takes), the scan plans of a manifest version, and the shared workers
+of ``parallel_map``."""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+import threading
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from helpers.search import make_ns, make_rows
+
+from dagster_lance_partitioned.core import concurrency
+from dagster_lance_partitioned.core.errors import PathEscapeError
+from dagster_lance_partitioned.core.lru import Lru
+from dagster_lance_partitioned.core.search import rows, terms
+from dagster_lance_partitioned.core.search.declaration import IndexDeclaration
+
+TEXTS = [
+    "Running dogs, QUICKLY!",
+    "",
+    None,
+    "émigré café naïve",
+    "x" * 60 + " short",
+    "the and of a",  # stop words
+    "numbers 123 4.5 a1b2",
+    "zqxjdocbreakzqxj inside",  # the separating word itself
+    "ZQXJDOCBREAKZQXJ loud",
+    "tab\tseparated\nlines",
+    "hyphen-ated under_score",
+    "日本語のテキスト",
+]
+
+
+def declaration(**params) -> IndexDeclaration:
+    return IndexDeclaration("txt_idx", "txt", 6, "INVERTED", 1, params)
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    terms.clear()
+    rows.clear()
+    yield
+    terms.clear()
+    rows.clear()
+
+
+# -- tokenizing many documents at once --------------------------------------------------------
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"stem": False},
+        {"remove_stop_words": True},
+        {"lower_case": False},
+        {"ascii_folding": True},
+        {"base_tokenizer": "whitespace"},
+        {"base_tokenizer": "ngram", "min_ngram_length": 2, "max_ngram_length": 3},
+        {"max_token_length": 8},
+    ],
+)
+@pytest.mark.parametrize("texts", [TEXTS, TEXTS[:7], [t for t in TEXTS if t and "zqxj" not in t]])
+def test_documents_tokenized_together_equal_one_by_one(params, texts):
+    decl = declaration(**params)
+    expected = [[t.text for t in lance.tokenize(x, **params)] if x else [] for x in texts]
+    assert terms._token_lists(texts, decl) == expected
+
+
+def test_many_documents_are_tokenized_in_chunks(monkeypatch):
+    monkeypatch.setattr(terms, "_CHUNK", 5)
+    rng = np.random.default_rng(3)
+    words = ["alpha", "Beta", "gamma,", "delta.", "", "epsilon"]
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(0, 6)))) for _ in range(23)]
+    expected = [[t.text for t in lance.tokenize(x)] if x else [] for x in texts]
+    assert terms._token_lists(texts, declaration()) == expected
+
+
+# -- full-text queries scored from terms in memory ----------------------------------------------
+def ranking(found: pa.Table) -> dict[int, float]:
+    return dict(zip(found["id"].to_pylist(), found["_score"].to_pylist(), strict=True))
+
+
+def test_terms_in_memory_score_as_lance_does(tmp_path):
+    rows_ = make_rows(2000, seed=41, doc_length=None)
+    ns = make_ns(tmp_path / "ns", rows_)
+    ns.create_index("txt", "FTS")
+    for q in ["t3x", "t5x t9x", "t12x t2x t30x", "t70x", "nothing"]:
+        terms.clear()
+        a = ns.search(q, k=25)  # every table searched by Lance
+        assert terms._terms.used == 0
+        b = ns.search(q, k=25)  # every table scored from its terms in memory
+        assert terms._terms.used > 0
+        assert a.num_rows == b.num_rows
+        ra, rb = ranking(a), ranking(b)
+        # equal scores (float32 rounding apart) for every row both return; those only one
+        # returns tie at the cut
+        for i in ra.keys() & rb.keys():
+            assert ra[i] == pytest.approx(rb[i], rel=1e-5)
+        if a.num_rows:
+            last = a["_score"][-1].as_py()
+            for i in ra.keys() ^ rb.keys():
+                assert (ra.get(i) or rb[i]) == pytest.approx(last, rel=1e-5)
+        # from then on, bit for bit the same answer
+        assert ns.search(q, k=25).equals(b)
+
+
+def test_a_table_with_deleted_rows_is_left_to_lance(tmp_path):
+    ns = make_ns(tmp_path / "ns", make_rows(2000, seed=42))
+    ns.create_index("txt", "FTS")
+    ns.delete("tenant = 'a' AND n < 500")
+    deleted = {
+        t.uri for t in ns.plan_scan("tenant = 'a'").tasks
+    }  # the tables of tenant a have deleted rows
+    for _ in range(3):
+        found = ns.search("t4x t6x", k=20)
+    kept = {key[0] for key in terms._terms._items}
+    assert kept and not (kept & deleted)
+    assert found.num_rows == 20
+    assert set(found["id"].to_pylist()) <= set(ns.to_table(columns=["id"])["id"].to_pylist())
+
+
+def test_one_query_builds_a_bounded_number_of_documents(tmp_path, monkeypatch):
+    ns = make_ns(tmp_path / "ns", make_rows(3000, seed=43))
+    ns.create_index("txt", "FTS")
+    sizes = sorted(
+        lance.dataset(t.uri, version=t.read_version).count_rows() for t in ns.plan_scan().tasks
+    )
+    monkeypatch.setattr(terms, "TERMS_BUILD_DOCS", sizes[-1])
+    ns.search("t1x", k=5)  # first sight of every table: nothing built
+    assert not terms._terms._items
+    built = []
+    for _ in range(len(sizes) + 1):
+        expected = ns.search("t1x", k=5)
+        built.append(len(terms._terms._items))
+    # each query builds at most TERMS_BUILD_DOCS documents' worth of tables, until all are in
+    assert built[0] < len(sizes)
+    assert built == sorted(built)
+    assert built[-1] == len(sizes)
+    assert ns.search("t1x", k=5).equals(expected)
+
+
+def test_tables_larger_than_the_bound_keep_lances_searches(tmp_path, monkeypatch):
+    monkeypatch.setattr(terms, "TERMS_CACHE_DOCS", 200)
+    ns = make_ns(tmp_path / "ns", make_rows(3000, seed=44))
+    ns.create_index("txt", "FTS")
+    small = {
+        t.uri
+        for t in ns.plan_scan().tasks
+        if lance.dataset(t.uri, version=t.read_version).count_rows() <= 200
+    }
+    for _ in range(3):
+        ns.search("t2x", k=5)
+    assert {key[0] for key in terms._terms._items} == small
+
+
+# -- rows by row id ----------------------------------------------------------------------------
+def dataset(tmp_path, **kwargs) -> lance.LanceDataset:
+    table = pa.table({"id": pa.array(range(100), pa.int64()), "s": [f"r{i}" for i in range(100)]})
+    return lance.write_dataset(table, str(tmp_path / "t.lance"), max_rows_per_file=40, **kwargs)
+
+
+def reference_take(ds: lance.LanceDataset, ids: list[int]) -> pa.Table:
+    return ds._take_rows(ids, columns=["id", "s"])
+
+
+@pytest.mark.parametrize("stable", [False, True])
+@pytest.mark.parametrize("delete", [None, "id % 7 = 3"])
+def test_rows_taken_equal_lances_takes(tmp_path, stable, delete):
+    ds = dataset(tmp_path, enable_stable_row_ids=stable)
+    if delete:
+        ds.delete(delete)
+    all_ids = ds.to_table(columns=["id"], with_row_id=True)
+    by_row_id = dict(zip(all_ids["_rowid"].to_pylist(), all_ids["id"].to_pylist(), strict=True))
+    row_ids = list(by_row_id)
+    rng = np.random.default_rng(5)
+    picks = [
+        [row_ids[i] for i in rng.choice(len(row_ids), size=n, replace=False)] for n in (1, 5, 12)
+    ]
+    picks.append([r for r in row_ids if r >> 32 == 1][::-3])  # one fragment, descending
+    for _ in range(3):  # unseen, seen once (then kept), kept
+        for ids in picks:
+            got = rows.take_rows(ds, ids, ["id", "s"])
+            assert got.equals(reference_take(ds, ids))
+            assert got["id"].to_pylist() == [by_row_id[r] for r in ids]
+    assert rows._kept._items  # the table's columns are in memory now
+
+
+def test_rows_of_large_tables_are_not_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(rows, "ROWS_CACHE_ROWS", 50)
+    ds = dataset(tmp_path)
+    ids = ds.to_table(columns=[], with_row_id=True)["_rowid"].to_pylist()[:3]
+    for _ in range(3):
+        assert rows.take_rows(ds, ids, ["id"]).equals(ds._take_rows(ids, columns=["id"]))
+    assert not rows._kept._items
+
+
+# -- plans of a manifest version ---------------------------------------------------------------
+def test_filters_pruning_alike_keep_their_own_filter_inside_partitions(tmp_path):
+    ns = make_ns(tmp_path / "ns", make_rows(1000, seed=45))
+    everything = ns.to_table()
+    by_tenant = ns.to_table(filter="tenant IN ('a', 'b')")
+    narrower = ns.to_table(filter="tenant IN ('a', 'b') AND n < 300")
+    assert by_tenant.num_rows == everything.filter(pc.field("tenant").isin(["a", "b"])).num_rows
+    expected = everything.filter(pc.field("tenant").isin(["a", "b"]) & (pc.field("n") < 300))
+    assert narrower.num_rows == expected.num_rows > 0
+    assert sorted(narrower["id"].to_pylist()) == sorted(expected["id"].to_pylist())
+
+
+def test_a_plan_checks_links_on_every_call(tmp_path):
+    ns = make_ns(tmp_path / "ns", make_rows(300, seed=46))
+    task = ns.plan_scan().tasks[0]
+    ns.plan_scan()  # planned once: the tasks are kept for this manifest version
+    moved = tmp_path / "elsewhere"
+    (tmp_path / "ns" / task.location).rename(moved)
+    (tmp_path / "ns" / task.location).symlink_to(moved)
+    with pytest.raises(PathEscapeError, match=re.escape(task.object_id)):
+        ns.plan_scan()
+
+
+# -- caches and workers ------------------------------------------------------------------------
+def test_lru_bounded_by_weight():
+    lru: Lru[bytes] = Lru(10, weight=len)
+    lru.put("a", b"xxxx")
+    lru.put("b", b"xxxx")
+    assert lru.get("a") == b"xxxx"  # a is now the most recent
+    lru.put("c", b"xxxx")  # 12 > 10: b, the least recent, goes
+    assert lru.get("b") is None
+    assert lru.get("a") == lru.get("c") == b"xxxx"
+    assert lru.used == 8
+    lru.put("big", b"x" * 11)  # heavier than the bound: not kept, nothing dropped
+    assert lru.get("big") is None and lru.used == 8
+    lru.put("a", b"xx")  # replaced: its weight counted once
+    assert lru.used == 6
+
+
+def test_parallel_map_keeps_order_and_waits_for_every_call_before_raising():
+    finished = []
+    lock = threading.Lock()
+
+    def fn(x: int) -> int:
+        if x == 3:
+            raise ValueError("three")
+        threading.Event().wait(0.01)
+        with lock:
+            finished.append(x)
+        return x * 2
+
+    assert concurrency.parallel_map(lambda x: x * 2, list(range(50)), 8) == [
+        x * 2 for x in range(50)
+    ]
+    with pytest.raises(ValueError, match="three"):
+        concurrency.parallel_map(fn, list(range(20)), 4)
+    assert sorted(finished) == [x for x in range(20) if x != 3]
+
+
+def test_nested_parallel_maps_do_not_wait_on_each_other():
+    def inner(x: int) -> int:
+        return sum(concurrency.parallel_map(lambda y: x + y, list(range(20)), 20))
+
+    def outer(x: int) -> int:
+        return sum(concurrency.parallel_map(inner, list(range(10)), 10))
+
+    done: list[list[int]] = []
+    worker = threading.Thread(
+        target=lambda: done.append(concurrency.parallel_map(outer, list(range(80)), 80)),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(60)
+    assert done, "nested parallel_map calls deadlocked"
+    assert done[0] == [outer(x) for x in range(80)]
+
+
+def _in_child(queue) -> None:
+    queue.put(concurrency.parallel_map(lambda x: x + 1, list(range(10)), 4))
+
+
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")
+def test_parallel_map_works_in_a_forked_child():
+    concurrency.parallel_map(lambda x: x, list(range(10)), 4)  # the parent's workers exist
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_in_child, args=(queue,))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert queue.get(timeout=5) == list(range(1, 11))
