@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from .storage import local_path
@@ -95,6 +95,17 @@ def parallel_map(
     for future in futures:
         future.result()
     return out
+
+
+def in_background(fn: Callable[[], R]) -> Future[R]:
+    """``fn()`` started on one of the shared workers (from one of them: on a thread of its
+    own); its result, or its error, from ``.result()``."""
+    if getattr(_local, "nested", False):
+        pool = ThreadPoolExecutor(max_workers=1)
+        future = pool.submit(fn)
+        pool.shutdown(wait=False)
+        return future
+    return _shared_pool().submit(fn)
 
 
 # a call quicker than this is CPU work on cached state (threads would only contend for it)

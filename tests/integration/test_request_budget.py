@@ -130,3 +130,28 @@ def test_a_handle_behind_the_newest_version_reads_it_and_commits_on_it(
     _cold()
     stored = PartitionedNamespace.open(uri, options).to_table()
     assert sorted(stored["id"].to_pylist()) == sorted([*range(6), *range(100, 104), 200, 201, 300])
+
+
+def test_the_manifest_commit_lists_its_versions_beside_writing_its_rows(
+    proxied: tuple[S3Server, DelayProxy],
+) -> None:
+    # the check that the write's base is still the newest version is one listing, made while
+    # the commit's new manifest rows are written, not one round trip before them
+    proxy = proxied[1]
+    ns, uri, options = _new_namespace(proxied)
+    ns.write(_rows(range(2), 3), mode="append")
+    ns = PartitionedNamespace.open(uri, options)
+    proxy.latency = 0.05
+    try:
+        _counted(proxy, lambda: ns.write(_rows(range(1), 1, 500), mode="append"))
+        timeline = list(proxy.timeline)
+    finally:
+        proxy.latency = 0.0
+    rows_written = [t for t in timeline if t[0] == "PUT" and "/__manifest/data/" in t[1]]
+    assert len(rows_written) == 1, timeline
+    _, _, put_start, put_end = rows_written[0]
+    listings = [t for t in timeline if t[0] == "LIST" and "__manifest%2F_versions" in t[1]]
+    beside = [t for t in listings if t[2] < put_end and put_start < t[3]]
+    assert len(beside) == 1, (rows_written, listings)
+    stored = PartitionedNamespace.open(uri, options).to_table()
+    assert sorted(stored["id"].to_pylist()) == [0, 1, 2, 3, 4, 5, 500]

@@ -29,6 +29,7 @@ from lance.dataset import Transaction
 from lance.fragment import write_fragments
 
 from .. import storage
+from ..concurrency import in_background
 from ..errors import (
     CommitConflictError,
     ManifestError,
@@ -850,31 +851,49 @@ class ManifestStore:
 
         This is the one way ``__manifest`` changes after its creation: rows and table metadata
         (schema, specs, writer flags) alike. ``known``: a version already read (the caller's
-        base); when one listing shows it is still the newest, the first attempt plans on it
-        without reading it again."""
+        base); on an object store the first attempt plans on it, and writes its files, while
+        one listing checks that it is still the newest (if not, that attempt is dropped and the
+        latest version read and planned on as after a lost race)."""
         self.check_store()
         deadline = time.monotonic() + timeout
         delay = 0.005
         attempts = 0
+        listing = None
+        if known is not None and storage.store_scheme(self.uri) in storage.OBJECT_STORE_SCHEMES:
+            listing = in_background(self.newest_version)
+
+        def prepare(snap: ManifestSnapshot) -> tuple[ManifestEdit | None, Any]:
+            edit = plan(snap)
+            if edit is None:
+                return None, None
+            retire.check(self, snap, edit.uses)
+            props = {COMMIT_PROPERTY_PREFIX + k: v for k, v in edit.properties.items()}
+            return edit, build_transaction(snap, edit, self.storage_options, props)
+
         while True:
             attempts += 1
             snap: ManifestSnapshot | None = None
             try:
                 with self._turn():
-                    if (
-                        known is not None
-                        and attempts == 1
-                        and (self.newest_version() == known.version)
-                    ):
-                        snap = known
-                    else:
+                    prepared: tuple[ManifestEdit | None, Any] | None = None
+                    if known is not None and listing is not None and attempts == 1:
+                        failed: Exception | None = None
+                        try:
+                            prepared = prepare(known)
+                        except Exception as e:  # decided by the listing: ours, or stale
+                            failed = e
+                        if listing.result() == known.version:
+                            snap = known
+                            if failed is not None:
+                                raise failed
+                        else:
+                            prepared = None  # planned on a stale version: its files unused
+                    if snap is None or prepared is None:  # no listing, or a stale base
                         snap = load(self.dataset())
-                    edit = plan(snap)
+                        prepared = prepare(snap)
+                    edit, tx = prepared
                     if edit is None:
                         return snap
-                    retire.check(self, snap, edit.uses)
-                    props = {COMMIT_PROPERTY_PREFIX + k: v for k, v in edit.properties.items()}
-                    tx = build_transaction(snap, edit, self.storage_options, props)
                     # through the open handle: Lance checks for a concurrent commit all the same
                     ds = lance.LanceDataset.commit(
                         snap.dataset, tx, storage_options=self.storage_options, max_retries=0
