@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from . import storage
 from .boundary import storage_boundary
+from .concurrency import in_background
 from .errors import (
     ManifestError,
     NamespaceExistsError,
@@ -239,15 +240,26 @@ class PartitionedNamespace:
         spec's field ids to values) names the only partitions the write may touch: a row of any
         other partition fails the write (nothing committed), and with ``overwrite_partitions``
         a named partition without rows becomes empty."""
-        self._state.require_unpinned("write")
-        self._state.store.check_store()
-        self.refresh()
-        if ensure_naming_key(self._state.store, self._state.snapshot):
-            self.refresh()
+        state = self._state
+        state.require_unpinned("write")
+        state.store.check_store()
         from .transaction import write_rows
 
+        listing = None
+        if _list_beside(state, data):
+            # the refresh's listing made while the rows are routed and their tables opened
+            listing = in_background(state.store.newest_version)
+        else:
+            self.refresh()
+            if ensure_naming_key(state.store, state.snapshot):
+                self.refresh()
         return write_rows(
-            self._state, data, mode, commit_properties=commit_properties, partitions=partitions
+            state,
+            data,
+            mode,
+            commit_properties=commit_properties,
+            partitions=partitions,
+            listing=listing,
         )
 
     # -- read ---------------------------------------------------------------------------------
@@ -516,6 +528,24 @@ class PartitionedNamespace:
             f"PartitionedNamespace({self.uri!r}, version={self.version}, "
             f"spec=v{self.current_spec.spec_id}, partitions={len(self._state.snapshot.tables())})"
         )
+
+
+# rows routed before the refresh's listing has answered are small enough to be kept in
+# buffers (never written as fragments: see write.ingest) and can be routed again
+LIST_BESIDE_MAX_BYTES = 64 * 1024 * 1024
+
+
+def _list_beside(state: NamespaceState, data: Any) -> bool:
+    """Whether a write of ``data`` makes its refresh's listing beside routing the rows: on an
+    object store (a listing is a round trip there), for rows in memory that can be routed again
+    should the version held turn out not to be the newest, on a namespace that has its naming
+    key."""
+    return (
+        storage.store_scheme(state.uri) in storage.OBJECT_STORE_SCHEMES
+        and isinstance(data, (pa.Table, pa.RecordBatch))
+        and data.nbytes <= LIST_BESIDE_MAX_BYTES
+        and NAMING_KEY in state.snapshot.metadata
+    )
 
 
 def _property_value(value: Any) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -367,10 +368,15 @@ def write_rows(
     *,
     commit_properties: dict[str, str] | None = None,
     partitions: Sequence[Mapping[str, Any]] | None = None,
+    listing: Future[int | None] | None = None,
 ) -> WriteResult:
     """Write ``data`` into the namespace version ``state`` reads, partitioned by its current
     spec, in one manifest commit (see ``PartitionedNamespace.write``); ``state`` moves to the
-    version made (or, when nothing was committed, to the latest)."""
+    version made (or, when nothing was committed, to the latest).
+
+    ``listing``: the newest manifest version, being listed meanwhile (a refresh made beside
+    routing the rows and opening the tables they go to); when it is not the version ``state``
+    reads, the latest is read and the write made from it (``data`` is then routed again)."""
     writer = PartitionWriter(
         state.store,
         state.snapshot,
@@ -380,7 +386,23 @@ def write_rows(
         commit_properties=commit_properties,
         partitions=partitions,
     )
-    result = writer.write(data)
+    if listing is None:
+        writer.route(data)
+    else:
+        failed: Exception | None = None
+        try:
+            writer.route(data)
+            writer.open_tables()
+        except Exception as e:  # decided by the listing: ours, or the version read is stale
+            failed = e
+        if listing.result() != state.snapshot.version:
+            state.read_latest()
+            return write_rows(
+                state, data, mode, commit_properties=commit_properties, partitions=partitions
+            )
+        if failed is not None:
+            raise failed
+    result = writer.finish()
     committed = writer.manifest_commit.committed
     if committed is not None and committed.version == result.manifest_version:
         # the version this write made, from the verified one it was planned on: no re-read

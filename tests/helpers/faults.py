@@ -30,7 +30,8 @@ ROW_CHANGES = frozenset({"merge", "update", "delete"})  # commit property ``oper
 
 class CommitHooks:
     """Per-namespace hooks of writes: ``hooks(ns, hook)`` sets ``ns``'s, ``hooks(ns, None)``
-    clears it. Active once :meth:`patch` (or :meth:`install`) wrapped ``PartitionWriter.write``."""
+    clears it. Active once :meth:`patch` (or :meth:`install`) wrapped ``PartitionWriter.finish``
+    (which writes the table versions and makes the manifest commit)."""
 
     def __init__(self) -> None:
         self._hooks: list[tuple[object, Hook]] = []
@@ -45,11 +46,11 @@ class CommitHooks:
         return next((h for s, h in self._hooks if s is store), None)
 
     def patch(self, setattr: Callable[[Any, str, Any], Any]) -> CommitHooks:
-        """Wrap ``PartitionWriter.write`` through ``setattr`` (``monkeypatch.setattr``)."""
-        write = PartitionWriter.write
+        """Wrap ``PartitionWriter.finish`` through ``setattr`` (``monkeypatch.setattr``)."""
+        finish = PartitionWriter.finish
         hooks = self
 
-        def hooked_write(writer: PartitionWriter, data: Any) -> Any:
+        def hooked_finish(writer: PartitionWriter) -> Any:
             hook = hooks.hook_of(writer.store)
             if hook is not None:
                 commit = writer.manifest_commit.commit
@@ -59,9 +60,9 @@ class CommitHooks:
                     return commit(pending)
 
                 writer.manifest_commit.commit = commit_after_hook  # type: ignore[method-assign]
-            return write(writer, data)
+            return finish(writer)
 
-        setattr(PartitionWriter, "write", hooked_write)
+        setattr(PartitionWriter, "finish", hooked_finish)
         return self
 
     @classmethod

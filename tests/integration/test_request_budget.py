@@ -15,6 +15,7 @@ from helpers.s3 import S3Server, s3_server, storage_options
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core import storage
+from dagster_lance_partitioned.core.errors import PartitionedNamespaceError
 from dagster_lance_partitioned.core.read import scan
 
 pytestmark = pytest.mark.object_store
@@ -155,3 +156,54 @@ def test_the_manifest_commit_lists_its_versions_beside_writing_its_rows(
     assert len(beside) == 1, (rows_written, listings)
     stored = PartitionedNamespace.open(uri, options).to_table()
     assert sorted(stored["id"].to_pylist()) == [0, 1, 2, 3, 4, 5, 500]
+
+
+def test_a_write_lists_the_newest_version_beside_opening_its_tables(
+    proxied: tuple[S3Server, DelayProxy],
+) -> None:
+    # the refresh's listing is made while the rows are routed and the table they are appended
+    # to is opened (its version file read), not one round trip before
+    proxy = proxied[1]
+    ns, uri, options = _new_namespace(proxied)
+    ns.write(_rows(range(2), 3), mode="append")
+    ns = PartitionedNamespace.open(uri, options)
+    proxy.latency = 0.05
+    try:
+        _counted(proxy, lambda: ns.write(_rows(range(1), 1, 600), mode="append"))
+        timeline = list(proxy.timeline)
+    finally:
+        proxy.latency = 0.0
+    listings = [t for t in timeline if t[0] == "LIST" and "__manifest%2F_versions" in t[1]]
+    first_listing = min(listings, key=lambda t: t[2])
+    opened = [t for t in timeline if t[0] == "HEAD" and "/_versions/" in t[1]]
+    assert len(opened) == 1, timeline
+    _, _, head_start, head_end = opened[0]
+    assert first_listing[2] < head_end and head_start < first_listing[3], (listings, opened)
+    stored = PartitionedNamespace.open(uri, options).to_table()
+    assert sorted(stored["id"].to_pylist()) == [0, 1, 2, 3, 4, 5, 600]
+
+
+def test_rows_routed_on_a_version_that_is_no_longer_newest_are_routed_again(
+    proxied: tuple[S3Server, DelayProxy],
+) -> None:
+    # a handle behind a column addition writes rows holding the new column: routed on the
+    # version it holds they do not fit; the listing shows a newer version, which is read and
+    # the write made from it
+    ns, uri, options = _new_namespace(proxied)
+    ns.write(_rows(range(2), 3), mode="append")
+    behind = PartitionedNamespace.open(uri, options)
+    ahead = PartitionedNamespace.open(uri, options)
+    ahead.add_columns(pa.field("score", pa.int32()))
+    ahead.write(_rows(range(2, 3), 2, 100).append_column("score", pa.array([7, 8], pa.int32())))
+    rows = _rows(range(0, 2), 1, 300).append_column("score", pa.array([1, 2], pa.int32()))
+    _cold()
+    result = behind.write(rows, mode="append")
+    assert result.manifest_version == behind.version == ahead.refresh().version
+    stored = PartitionedNamespace.open(uri, options).to_table().sort_by("id")
+    assert stored["id"].to_pylist() == [0, 1, 2, 3, 4, 5, 100, 101, 300, 301]
+    assert stored["score"].to_pylist() == [None] * 6 + [7, 8, 1, 2]
+    # and a handle that is current writes rows that do not fit: refused, nothing written
+    before = stored
+    with pytest.raises(PartitionedNamespaceError, match="nope"):
+        behind.write(rows.append_column("nope", pa.array([1, 2], pa.int64())), mode="append")
+    assert PartitionedNamespace.open(uri, options).to_table().sort_by("id").equals(before)

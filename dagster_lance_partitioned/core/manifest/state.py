@@ -143,10 +143,13 @@ class NamespaceState:
         version read, when it lists an object id twice (see :meth:`ManifestSnapshot.verify`).
         On an object store, when one listing shows the version read is still the newest,
         nothing is read again."""
-        if not self.pinned:
-            if self.store.newest_version() == self.snapshot.version:
-                return self
-            self.snapshot = load_snapshot(self.store.open_latest()).verify(latest=True)
+        if not self.pinned and self.store.newest_version() != self.snapshot.version:
+            self.read_latest()
+        return self
+
+    def read_latest(self) -> NamespaceState:
+        """Read the latest manifest version and move to it (a listing showed it is newer)."""
+        self.snapshot = load_snapshot(self.store.open_latest()).verify(latest=True)
         return self
 
     def plan_scan(self, filter: FilterLike = None) -> ScanPlan:

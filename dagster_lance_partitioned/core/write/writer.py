@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from .. import storage
-from ..concurrency import table_threads
+from ..concurrency import parallel_map, table_threads
 from ..manifest.naming import Naming
 from ..manifest.store import ManifestSnapshot, ManifestStore
 from ..schema.conform import table_write_schema
@@ -79,9 +79,24 @@ class PartitionWriter:
 
     def write(self, data: Any) -> WriteResult:
         """Write ``data`` and commit; nothing is visible unless this returns."""
+        self.route(data)
+        return self.finish()
+
+    def route(self, data: Any) -> None:
+        """Split ``data`` by partition (buffers past a size are written as fragments)."""
         self.ingest.ingest(data)
         if self.manifest_commit.fills_named_partitions:
             self.ingest.add_named_empty()
+
+    def open_tables(self) -> None:
+        """Open the registered tables the routed rows go to, at their registered versions
+        (reads only; the table commits then read nothing again)."""
+        existing = [p.existing for p in self.ingest.pending.values() if p.existing is not None]
+        parallel_map(self.tables.open, existing, table_threads(self.store.root))
+
+    def finish(self) -> WriteResult:
+        """Write the routed rows as new table versions and make them visible in one manifest
+        commit."""
         pending = list(self.ingest.pending.values())
         if not self.manifest_commit.needs_commit(pending):
             # nothing to write and nothing to deregister: no commit
