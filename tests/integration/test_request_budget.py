@@ -108,16 +108,27 @@ def test_writes_stay_within_their_request_budgets(
     assert sorted(day0["id"].to_pylist()) == list(range(2000, 2005))
 
 
+def _two_handles(
+    proxied: tuple[S3Server, DelayProxy],
+) -> tuple[PartitionedNamespace, PartitionedNamespace, str, dict[str, str]]:
+    """Two handles of a new namespace holding 6 rows (days 0 and 1), its URI and options."""
+    ns, uri, options = _new_namespace(proxied)
+    ns.write(_rows(range(2), 3), mode="append")
+    return (
+        PartitionedNamespace.open(uri, options),
+        PartitionedNamespace.open(uri, options),
+        uri,
+        options,
+    )
+
+
 def test_a_handle_behind_the_newest_version_reads_it_and_commits_on_it(
     proxied: tuple[S3Server, DelayProxy],
 ) -> None:
     # the listing that spares re-reading a version must never keep a handle on an old one
     from dagster_lance_partitioned.core.transaction import write_rows
 
-    first, uri, options = _new_namespace(proxied)
-    first.write(_rows(range(2), 3), mode="append")
-    behind = PartitionedNamespace.open(uri, options)
-    ahead = PartitionedNamespace.open(uri, options)
+    behind, ahead, uri, options = _two_handles(proxied)
     ahead.write(_rows(range(1, 3), 2, 100), mode="append")  # day 1 appended, day 2 new
     _cold()
     assert behind.refresh().version == ahead.version
@@ -133,29 +144,45 @@ def test_a_handle_behind_the_newest_version_reads_it_and_commits_on_it(
     assert sorted(stored["id"].to_pylist()) == sorted([*range(6), *range(100, 104), 200, 201, 300])
 
 
-def test_the_manifest_commit_lists_its_versions_beside_writing_its_rows(
-    proxied: tuple[S3Server, DelayProxy],
-) -> None:
-    # the check that the write's base is still the newest version is one listing, made while
-    # the commit's new manifest rows are written, not one round trip before them
+Timed = tuple[str, str, float, float]  # (kind, path, arrived, answered)
+
+
+def _timed_append(proxied: tuple[S3Server, DelayProxy], first_id: int) -> list[Timed]:
+    """The proxy's timeline of a one-row append (50 ms a request) by a handle that holds the
+    newest version; the rows stored are checked."""
     proxy = proxied[1]
     ns, uri, options = _new_namespace(proxied)
     ns.write(_rows(range(2), 3), mode="append")
     ns = PartitionedNamespace.open(uri, options)
     proxy.latency = 0.05
     try:
-        _counted(proxy, lambda: ns.write(_rows(range(1), 1, 500), mode="append"))
+        _counted(proxy, lambda: ns.write(_rows(range(1), 1, first_id), mode="append"))
         timeline = list(proxy.timeline)
     finally:
         proxy.latency = 0.0
+    stored = PartitionedNamespace.open(uri, options).to_table()
+    assert sorted(stored["id"].to_pylist()) == [0, 1, 2, 3, 4, 5, first_id]
+    return timeline
+
+
+def _overlap(a: Timed, b: Timed) -> bool:
+    return a[2] < b[3] and b[2] < a[3]
+
+
+def _version_listings(timeline: list[Timed]) -> list[Timed]:
+    return [t for t in timeline if t[0] == "LIST" and "__manifest%2F_versions" in t[1]]
+
+
+def test_the_manifest_commit_lists_its_versions_beside_writing_its_rows(
+    proxied: tuple[S3Server, DelayProxy],
+) -> None:
+    # the check that the write's base is still the newest version is one listing, made while
+    # the commit's new manifest rows are written, not one round trip before them
+    timeline = _timed_append(proxied, 500)
     rows_written = [t for t in timeline if t[0] == "PUT" and "/__manifest/data/" in t[1]]
     assert len(rows_written) == 1, timeline
-    _, _, put_start, put_end = rows_written[0]
-    listings = [t for t in timeline if t[0] == "LIST" and "__manifest%2F_versions" in t[1]]
-    beside = [t for t in listings if t[2] < put_end and put_start < t[3]]
-    assert len(beside) == 1, (rows_written, listings)
-    stored = PartitionedNamespace.open(uri, options).to_table()
-    assert sorted(stored["id"].to_pylist()) == [0, 1, 2, 3, 4, 5, 500]
+    beside = [t for t in _version_listings(timeline) if _overlap(t, rows_written[0])]
+    assert len(beside) == 1, timeline
 
 
 def test_a_write_lists_the_newest_version_beside_opening_its_tables(
@@ -163,24 +190,11 @@ def test_a_write_lists_the_newest_version_beside_opening_its_tables(
 ) -> None:
     # the refresh's listing is made while the rows are routed and the table they are appended
     # to is opened (its version file read), not one round trip before
-    proxy = proxied[1]
-    ns, uri, options = _new_namespace(proxied)
-    ns.write(_rows(range(2), 3), mode="append")
-    ns = PartitionedNamespace.open(uri, options)
-    proxy.latency = 0.05
-    try:
-        _counted(proxy, lambda: ns.write(_rows(range(1), 1, 600), mode="append"))
-        timeline = list(proxy.timeline)
-    finally:
-        proxy.latency = 0.0
-    listings = [t for t in timeline if t[0] == "LIST" and "__manifest%2F_versions" in t[1]]
-    first_listing = min(listings, key=lambda t: t[2])
+    timeline = _timed_append(proxied, 600)
+    first_listing = min(_version_listings(timeline), key=lambda t: t[2])
     opened = [t for t in timeline if t[0] == "HEAD" and "/_versions/" in t[1]]
     assert len(opened) == 1, timeline
-    _, _, head_start, head_end = opened[0]
-    assert first_listing[2] < head_end and head_start < first_listing[3], (listings, opened)
-    stored = PartitionedNamespace.open(uri, options).to_table()
-    assert sorted(stored["id"].to_pylist()) == [0, 1, 2, 3, 4, 5, 600]
+    assert _overlap(first_listing, opened[0]), timeline
 
 
 def test_rows_routed_on_a_version_that_is_no_longer_newest_are_routed_again(
@@ -189,10 +203,7 @@ def test_rows_routed_on_a_version_that_is_no_longer_newest_are_routed_again(
     # a handle behind a column addition writes rows holding the new column: routed on the
     # version it holds they do not fit; the listing shows a newer version, which is read and
     # the write made from it
-    ns, uri, options = _new_namespace(proxied)
-    ns.write(_rows(range(2), 3), mode="append")
-    behind = PartitionedNamespace.open(uri, options)
-    ahead = PartitionedNamespace.open(uri, options)
+    behind, ahead, uri, options = _two_handles(proxied)
     ahead.add_columns(pa.field("score", pa.int32()))
     ahead.write(_rows(range(2, 3), 2, 100).append_column("score", pa.array([7, 8], pa.int32())))
     rows = _rows(range(0, 2), 1, 300).append_column("score", pa.array([1, 2], pa.int32()))
