@@ -108,6 +108,25 @@ def in_background(fn: Callable[[], R]) -> Future[R]:
     return _shared_pool().submit(fn)
 
 
+def decided_by(
+    check: Future[Any], expected: object, work: Callable[[], R]
+) -> tuple[bool, R | None]:
+    """``work()`` run while ``check`` (started before) is answered: ``(True, its result)`` when
+    ``check`` gives ``expected`` (its error raised then), ``(False, None)`` when it does not
+    (what ``work`` did, or raised, is dropped: it was done on a premise that no longer holds)."""
+    failed: Exception | None = None
+    result: R | None = None
+    try:
+        result = work()
+    except Exception as e:
+        failed = e
+    if check.result() != expected:
+        return False, None
+    if failed is not None:
+        raise failed
+    return True, result
+
+
 # a call quicker than this is CPU work on cached state (threads would only contend for it)
 FAST_CALL_SECONDS = 0.004
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from .concurrency import decided_by
 from .errors import (
     CommitConflictError,
     PartitionedNamespaceError,
@@ -389,19 +390,17 @@ def write_rows(
     if listing is None:
         writer.route(data)
     else:
-        failed: Exception | None = None
-        try:
+
+        def route() -> None:
             writer.route(data)
             writer.open_tables()
-        except Exception as e:  # decided by the listing: ours, or the version read is stale
-            failed = e
-        if listing.result() != state.snapshot.version:
+
+        current, _ = decided_by(listing, state.snapshot.version, route)
+        if not current:
             state.read_latest()
             return write_rows(
                 state, data, mode, commit_properties=commit_properties, partitions=partitions
             )
-        if failed is not None:
-            raise failed
     result = writer.finish()
     committed = writer.manifest_commit.committed
     if committed is not None and committed.version == result.manifest_version:

@@ -291,3 +291,26 @@ def test_parallel_map_works_in_a_forked_child():
     child.join(60)
     assert child.exitcode == 0
     assert queue.get(timeout=5) == list(range(1, 11))
+
+
+def test_work_decided_by_a_check_made_beside_it():
+    def answer(value):
+        return concurrency.in_background(lambda: value)
+
+    assert concurrency.decided_by(answer(3), 3, lambda: "done") == (True, "done")
+    assert concurrency.decided_by(answer(4), 3, lambda: "done") == (False, None)
+
+    def fails() -> str:
+        raise ValueError("planned on a stale version")
+
+    # the work's error counts only when the check holds
+    assert concurrency.decided_by(answer(4), 3, fails) == (False, None)
+    with pytest.raises(ValueError, match="stale"):
+        concurrency.decided_by(answer(3), 3, fails)
+    # the check's own error is raised, whatever the work did
+    with pytest.raises(OSError, match="listing"):
+        concurrency.decided_by(
+            concurrency.in_background(lambda: (_ for _ in ()).throw(OSError("listing"))),
+            3,
+            lambda: "done",
+        )

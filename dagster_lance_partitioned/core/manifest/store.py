@@ -4,6 +4,7 @@ as single Lance commits that rebase onto concurrent commits."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import secrets
@@ -29,7 +30,7 @@ from lance.dataset import Transaction
 from lance.fragment import write_fragments
 
 from .. import storage
-from ..concurrency import in_background
+from ..concurrency import decided_by, in_background
 from ..errors import (
     CommitConflictError,
     ManifestError,
@@ -877,17 +878,12 @@ class ManifestStore:
                 with self._turn():
                     prepared: tuple[ManifestEdit | None, Any] | None = None
                     if known is not None and listing is not None and attempts == 1:
-                        failed: Exception | None = None
-                        try:
-                            prepared = prepare(known)
-                        except Exception as e:  # decided by the listing: ours, or stale
-                            failed = e
-                        if listing.result() == known.version:
-                            snap = known
-                            if failed is not None:
-                                raise failed
-                        else:
-                            prepared = None  # planned on a stale version: its files unused
+                        # planned on the base while the listing says whether it is the newest
+                        # (if not, the files written for it are never referenced)
+                        current, prepared = decided_by(
+                            listing, known.version, functools.partial(prepare, known)
+                        )
+                        snap = known if current else None
                     if snap is None or prepared is None:  # no listing, or a stale base
                         snap = load(self.dataset())
                         prepared = prepare(snap)
