@@ -6,7 +6,10 @@ of ``parallel_map``."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import re
+import subprocess
+import sys
 import threading
 
 import lance
@@ -314,3 +317,41 @@ def test_work_decided_by_a_check_made_beside_it():
             3,
             lambda: "done",
         )
+
+
+_BOUNDS = """
+from dagster_lance_partitioned.core.search import flat, rows, terms
+print(flat._cached_vectors.size, terms._terms.size, rows._kept.size)
+"""
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        (None, [512, 256, 256]),
+        ("64", [32, 16, 16]),
+        ("0", [0, 0, 0]),
+        ("lots", [512, 256, 256]),  # not a number: the default
+        ("-5", [512, 256, 256]),
+    ],
+)
+def test_search_caches_are_bounded_by_one_setting(setting, expected):
+    env = {k: v for k, v in os.environ.items() if k != "DLP_SEARCH_CACHE_MB"}
+    if setting is not None:
+        env["DLP_SEARCH_CACHE_MB"] = setting
+    out = subprocess.run(
+        [sys.executable, "-c", _BOUNDS], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert [int(b) // (1024 * 1024) for b in out] == expected
+
+
+def test_searches_keep_nothing_with_no_memory(tmp_path, monkeypatch):
+    monkeypatch.setattr(terms, "_terms", Lru(0, weight=lambda t: t.nbytes))
+    monkeypatch.setattr(rows, "_kept", Lru(0, weight=lambda t: t.nbytes))
+    ns = make_ns(tmp_path / "ns", make_rows(1000, seed=47))
+    ns.create_index("txt", "FTS")
+    answers = [ns.search("t3x t8x", k=7) for _ in range(3)]
+    assert answers[0].num_rows == 7
+    assert all(a.equals(answers[0]) for a in answers)
+    assert not terms._terms._items and not rows._kept._items
+    assert not rows._read_before._items  # nothing is even tracked for keeping

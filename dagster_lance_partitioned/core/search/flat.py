@@ -19,13 +19,14 @@ from ..read.scan import iter_task_batches, read_schema
 from ..schema.arrow_json import strip_field_ids
 from .build import describe
 from .declaration import vector_dimension
+from .memory import share
 from .searched import DISTANCE, Candidates, Searched
 
 # Small tables without a vector index are searched from an in-memory copy of their vectors
 # (a version never changes): one matrix product each instead of one Lance search each, and
 # the rows of only the best k of them all fetched.
 FLAT_CACHE_ROWS = 65_536  # tables up to this many rows
-FLAT_CACHE_BYTES = 512 * 1024 * 1024  # vectors kept per process at most
+FLAT_CACHE_BYTES = share(0.5)  # vectors kept per process at most (512 MiB by default)
 # float32 rounding: a squared L2 distance computed as |x|^2 - 2 x.q + |q|^2 and one computed
 # from x - q each differ from the true one by at most about (dimension + 3) * eps * (|x| + |q|)^2
 _EPS = float(np.finfo(np.float32).eps)

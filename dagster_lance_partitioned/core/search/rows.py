@@ -18,9 +18,10 @@ import pyarrow as pa
 
 from ..lru import Lru
 from .build import describe
+from .memory import share
 
 ROWS_CACHE_ROWS = 65_536  # tables up to this many rows
-ROWS_CACHE_BYTES = 256 * 1024 * 1024  # columns kept per process at most
+ROWS_CACHE_BYTES = share(0.25)  # columns kept per process at most (256 MiB by default)
 
 
 # (table version, columns) -> those columns of every row, sorted by row id (column _rowid)
@@ -55,6 +56,8 @@ def _kept_columns(ds: lance.LanceDataset, columns: list[str]) -> pa.Table | None
     hit = _kept.get(key)
     if hit is not None:
         return hit
+    if _kept.size <= 0:
+        return None  # nothing can be kept
     if _read_before.get(key) is None:
         _read_before.put(key, True)
         return None

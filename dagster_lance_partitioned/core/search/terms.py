@@ -31,10 +31,11 @@ import pyarrow as pa
 
 from ..lru import Lru
 from .declaration import IndexDeclaration
+from .memory import share
 
 K1 = 1.2  # Lance's BM25 parameters
 B = 0.75
-TERMS_CACHE_BYTES = 256 * 1024 * 1024  # terms kept per process at most
+TERMS_CACHE_BYTES = share(0.25)  # terms kept per process at most (256 MiB by default)
 TERMS_CACHE_DOCS = 65_536  # indexed tables up to this many documents
 TERMS_BUILD_DOCS = 32_768  # documents of indexed tables one query tokenizes at most
 _CHUNK = 4096  # documents tokenized in one call
@@ -182,7 +183,7 @@ class TermsSource:
         hit = _terms.get(key)
         if hit is not None:
             return hit
-        if docs > TERMS_CACHE_DOCS or indexed_rows != docs:
+        if docs > TERMS_CACHE_DOCS or indexed_rows != docs or _terms.size <= 0:
             return None
         if _searched_before.get(key) is None:
             _searched_before.put(key, True)
