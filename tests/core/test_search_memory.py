@@ -17,12 +17,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from helpers.search import make_ns, make_rows
+from helpers.search import brute_force, distances, make_ns, make_rows
 
 from dagster_lance_partitioned.core import concurrency
 from dagster_lance_partitioned.core.errors import PathEscapeError
 from dagster_lance_partitioned.core.lru import Lru
-from dagster_lance_partitioned.core.search import rows, terms
+from dagster_lance_partitioned.core.search import flat, rows, terms
 from dagster_lance_partitioned.core.search.declaration import IndexDeclaration
 
 TEXTS = [
@@ -355,3 +355,36 @@ def test_searches_keep_nothing_with_no_memory(tmp_path, monkeypatch):
     assert all(a.equals(answers[0]) for a in answers)
     assert not terms._terms._items and not rows._kept._items
     assert not rows._read_before._items  # nothing is even tracked for keeping
+
+
+# -- small tables ranked together ---------------------------------------------------------------
+@pytest.mark.parametrize("metric", ["l2", "cosine", "dot"])
+def test_small_tables_ranked_together_equal_ranked_one_by_one(tmp_path, metric):
+    table = make_rows(1200, seed=48)
+    # the same vectors in several partitions: ties between tables, broken by table then row
+    v = table.column("v").combine_chunks()
+    twins = pa.concat_arrays([v.slice(0, 300), v.slice(0, 300), v.slice(600, 600)])
+    table = table.set_column(table.schema.get_field_index("v"), "v", twins)
+    ns = make_ns(tmp_path / "ns", table)
+    # declared for its metric; every table is below min_rows, so all are ranked from memory
+    ns.create_index("v", "IVF_FLAT", min_rows=100_000, metric=metric)
+    rng = np.random.default_rng(49)
+    stored = table.column("v").combine_chunks().flatten().to_numpy().reshape(-1, 16)
+    queries = [*rng.normal(size=(6, 16)), *stored[:3], *stored[650:652]]
+    for q in queries:
+        q = np.asarray(q, np.float32)
+        flat._cached_vectors.clear()
+        flat._searched_together.clear()
+        first = ns.search(q, k=15)  # table by table
+        assert not [key for key in flat._cached_vectors._items if key[0] == "pooled"]
+        second = ns.search(q, k=15)  # all small tables in one matrix
+        assert len([key for key in flat._cached_vectors._items if key[0] == "pooled"]) == 1
+        assert second.equals(first)
+        # exact: the distances brute force gives (rows tied at equal distances either way)
+        _, expected = brute_force(table, q.astype(np.float64), 15, metric)
+        got = second.column("_distance").to_numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+        by_id = dict(zip(table["id"].to_pylist(), range(table.num_rows), strict=True))
+        mine = np.array([by_id[i] for i in second["id"].to_pylist()])
+        own = distances(stored[mine].astype(np.float64), q.astype(np.float64), metric)
+        np.testing.assert_allclose(got, own, rtol=1e-4, atol=1e-4)

@@ -7,6 +7,7 @@ the k nearest, ties broken by row position."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import lance
@@ -61,6 +62,8 @@ class _Vectors:
     row_ids: np.ndarray
     norms: np.ndarray
     largest: float  # the largest norm
+    # several tables' vectors pooled: where each table's rows start (and the end)
+    starts: np.ndarray | None = None
 
     @property
     def nbytes(self) -> int:
@@ -103,12 +106,52 @@ def cacheable(searched: Searched, column: str) -> bool:
 
 
 def cached_candidates(
-    searched: Searched, column: str, vector: np.ndarray, k: int, metric: str
-) -> Candidates:
-    """The ``k`` nearest rows of a small table, from its cached vectors."""
-    vectors = vectors_of(searched.ds, column)
-    rows, distances = nearest_rows(vectors, vector, k, metric)
-    return Candidates(searched, vectors.row_ids[rows], distances)
+    tables: Sequence[Searched], column: str, vector: np.ndarray, k: int, metric: str
+) -> list[Candidates]:
+    """The ``k`` nearest rows of small tables together (ties: earlier table, then earlier
+    row), from their cached vectors: one matrix product over all of them once the same tables
+    were searched together before (see :func:`_pooled`), else one per table."""
+    pooled = _pooled(tables, column) if len(tables) > 1 else None
+    if pooled is None or pooled.starts is None:
+        out = []
+        for searched in tables:
+            vectors = vectors_of(searched.ds, column)
+            rows, distances = nearest_rows(vectors, vector, k, metric)
+            out.append(Candidates(searched, vectors.row_ids[rows], distances))
+        return out
+    rows, distances = nearest_rows(pooled, vector, k, metric)
+    owner = np.searchsorted(pooled.starts, rows, side="right") - 1
+    return [
+        Candidates(tables[i], pooled.row_ids[rows[owner == i]], distances[owner == i])
+        for i in np.unique(owner).tolist()
+    ]
+
+
+# sets of small tables searched together once already (pooled the next time)
+_searched_together: Lru[bool] = Lru(256)
+
+
+def _pooled(tables: Sequence[Searched], column: str) -> _Vectors | None:
+    """The vectors of ``tables`` in one matrix (with where each table's rows start), kept
+    beside the tables' own within the same bound from the second query over the same tables
+    on (building it copies every one of them); None before."""
+    key = ("pooled", column, *((t.ds.uri, t.ds.version) for t in tables))
+    hit = _cached_vectors.get(key)
+    if hit is not None:
+        return hit
+    if _searched_together.get(key) is None:
+        _searched_together.put(key, True)
+        return None
+    parts = [vectors_of(t.ds, column) for t in tables]
+    pooled = _Vectors(
+        np.concatenate([p.matrix for p in parts]),
+        np.concatenate([p.row_ids for p in parts]),
+        np.concatenate([p.norms for p in parts]),
+        max(p.largest for p in parts),
+        np.cumsum([0, *(len(p.row_ids) for p in parts)]),
+    )
+    _cached_vectors.put(key, pooled)
+    return pooled
 
 
 def nearest_rows(

@@ -212,11 +212,8 @@ class _Query:
             centroids = [t.centroids for t in routed if t.centroids is not None]
             counts = route(centroids, self.vector, self.metric, probes)
             nprobes = {id(t): c for t, c in zip(routed, counts, strict=True)}
-        candidates = [
-            cached_candidates(t.searched, self.column, self.vector, self.k, self.metric)
-            for t in tables
-            if t.how == "cached"
-        ]
+        small = [t.searched for t in tables if t.how == "cached"]
+        candidates = cached_candidates(small, self.column, self.vector, self.k, self.metric)
         searched = [t.searched for t in tables if t.how != "cached" and nprobes.get(id(t), 1)]
         how = {id(t.searched): t for t in tables}
         done = for_each_searched(self.state, searched, lambda s: self.one(how[id(s)], nprobes))
