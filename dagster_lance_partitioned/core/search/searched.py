@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..concurrency import parallel_map, serial_while_fast
+from ..lru import Lru
 from ..manifest.state import NamespaceState
 from ..read.planning import ScanTask
 from ..read.scan import _filtered, _guarded, _layout, lance_filter, open_table, scan_concurrency
@@ -45,10 +46,39 @@ class Searched:
         return self.native and (self.sql is None or self.lance_sql is not None)
 
 
+# (pinned table version, filter, options, id(schema)) -> (that schema, the table opened)
+_searched: Lru[tuple[pa.Schema, Searched]] = Lru(4096)
+
+
 def open_searched(
     task: ScanTask, schema: pa.Schema, residual: str | None, opts: dict[str, str] | None
 ) -> Searched:
-    """``task``'s table opened for a search under the plan's ``residual`` filter."""
+    """``task``'s table opened for a search under the plan's ``residual`` filter (kept per
+    process for pinned versions: a version never changes)."""
+    if task.read_version is None:
+        return _open_searched(task, schema, residual, opts)
+    key = (
+        task.object_id,
+        task.uri,
+        task.read_version,
+        task.read_branch,
+        task.filter_implied,
+        tuple(sorted(task.constants.items(), key=str)),
+        residual,
+        tuple(sorted((opts or {}).items())),
+        id(schema),
+    )
+    hit = _searched.get(key)
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    searched = _open_searched(task, schema, residual, opts)
+    _searched.put(key, (schema, searched))
+    return searched
+
+
+def _open_searched(
+    task: ScanTask, schema: pa.Schema, residual: str | None, opts: dict[str, str] | None
+) -> Searched:
     ds = open_table(task, opts)
     sources, native = _layout(ds.schema, schema)
     sql = None if task.filter_implied else residual

@@ -137,45 +137,46 @@ def search_text(
     parts = for_each_partition(state, plan.tasks, one, quick=True)
     docs = sum(p.docs for p in parts)
     matching = {w: sum(len(p.postings.get(w, ((),))[0]) for p in parts) for w in words}
-    ranked: list[tuple[np.ndarray, np.ndarray, int]] = []  # (row ids, scores, partition)
+    # every (partition, token) contribution rescaled to the searched partitions' idf, then
+    # summed per row
+    owners, ids_parts, score_parts = [], [], []
     for i, part in enumerate(parts):
-        ids_parts, score_parts = [], []
         for word, (ids, scores) in part.postings.items():
             if not len(ids):
                 continue
             local = idf(part.docs, len(ids))
             scale = idf(docs, matching[word]) / local if local > 0 else 0.0
+            owners.append(np.full(len(ids), i, dtype=np.int64))
             ids_parts.append(ids)
             score_parts.append(scores * scale)
-        if not ids_parts:
-            continue
-        all_ids = np.concatenate(ids_parts)
-        all_scores = np.concatenate(score_parts)
-        unique, inverse = np.unique(all_ids, return_inverse=True)
-        summed = np.zeros(len(unique), dtype=np.float64)
-        np.add.at(summed, inverse, all_scores)
-        ranked.append((unique, summed, i))
+    if not ids_parts:
+        return out_schema.empty_table()
+    owner, row_ids = np.concatenate(owners), np.concatenate(ids_parts)
+    order = np.lexsort((row_ids, owner))  # stable: a row's tokens stay in query order
+    owner, row_ids, summed = owner[order], row_ids[order], np.concatenate(score_parts)[order]
+    first = np.ones(len(owner), dtype=bool)
+    first[1:] = (owner[1:] != owner[:-1]) | (row_ids[1:] != row_ids[:-1])
+    starts = np.flatnonzero(first)
+    ranked = (row_ids[starts], np.add.reduceat(summed, starts), owner[starts])
     threads = scan_concurrency(state.uri)
     return _top(parts, ranked, k, schema, target, out_schema, threads)
 
 
 def _top(
     parts: list[_Partition],
-    ranked: list[tuple[np.ndarray, np.ndarray, int]],
+    ranked: tuple[np.ndarray, np.ndarray, np.ndarray],
     k: int,
     schema: pa.Schema,
     target: pa.Schema,
     out_schema: pa.Schema,
     threads: int,
 ) -> pa.Table:
-    """The ``k`` best-scoring rows that pass each partition's filter, fetched in rounds from
-    the best candidates down (``threads`` tables at a time)."""
-    if not ranked:
-        return out_schema.empty_table()
+    """The ``k`` best-scoring rows that pass each partition's filter (``ranked``: row ids,
+    scores and the partition of each), fetched in rounds from the best candidates down
+    (``threads`` tables at a time)."""
+    ids, scores, owner = ranked
     # ranked as returned: in float32, so that rows shown with equal scores are ties
-    scores = np.concatenate([s for _, s, _ in ranked]).astype(np.float32)
-    ids = np.concatenate([r for r, _, _ in ranked])
-    owner = np.concatenate([np.full(len(r), i, dtype=np.int64) for r, _, i in ranked])
+    scores = scores.astype(np.float32)
     # best first; ties by partition order, then row id (deterministic)
     order = np.lexsort((ids, owner, -scores))
     kept: list[pa.Table] = []
