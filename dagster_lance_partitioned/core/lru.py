@@ -53,3 +53,15 @@ class Lru(Generic[V]):
         with self._lock:
             self._items.clear()
             self.used = 0
+
+
+class Sightings(Lru[bool]):
+    """The keys met so far (at most ``size``, the least recently met forgotten first): for
+    work a cache does only for what it meets a second time."""
+
+    def again(self, key: Hashable) -> bool:
+        """Whether ``key`` was met before; it is met from now on."""
+        if self.get(key) is not None:
+            return True
+        self.put(key, True)
+        return False

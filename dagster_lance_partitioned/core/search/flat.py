@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..lru import Lru
+from ..lru import Lru, Sightings
 from ..read.scan import iter_task_batches, read_schema
 from ..schema.arrow_json import strip_field_ids
 from .build import describe
@@ -128,7 +128,7 @@ def cached_candidates(
 
 
 # sets of small tables searched together once already (pooled the next time)
-_searched_together: Lru[bool] = Lru(256)
+_searched_together = Sightings(256)
 
 
 def _pooled(tables: Sequence[Searched], column: str) -> _Vectors | None:
@@ -139,8 +139,7 @@ def _pooled(tables: Sequence[Searched], column: str) -> _Vectors | None:
     hit = _cached_vectors.get(key)
     if hit is not None:
         return hit
-    if _searched_together.get(key) is None:
-        _searched_together.put(key, True)
+    if not _searched_together.again(key):
         return None
     parts = [vectors_of(t.ds, column) for t in tables]
     pooled = _Vectors(

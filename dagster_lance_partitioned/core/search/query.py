@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import SearchQueryError
-from ..lru import Lru
 from ..manifest.state import HasState, NamespaceState, state_of
 from ..read.filters import FilterLike
 from ..read.planning import ScanTask
@@ -151,30 +150,16 @@ def _opened(
     column: str,
     routable: bool,
 ) -> _Opened:
-    """``task``'s table opened for a vector search on ``column`` and how it is searched (kept
-    per process for pinned versions: a version never changes)."""
-    key = None
-    if task.read_version is not None:
-        options = tuple(sorted((opts or {}).items()))
-        key = (task.uri, task.read_version, task.read_branch, residual, column, routable, options)
-        hit = _opened_tables.get(key)
-        if hit is not None and hit[1].searched.task == task and hit[0].equals(schema, True):
-            return hit[1]
+    """``task``'s table opened for a vector search on ``column`` and how it is searched (from
+    what is kept per process of pinned versions: the opening, the index descriptions, the
+    centroids)."""
     searched = open_searched(task, schema, residual, opts)
     if cacheable(searched, column):
-        out = _Opened(searched, "cached")
-    elif not searched.pushable:
-        out = _Opened(searched, "flat")
-    else:
-        ivf = ivf_index(searched.ds, column) if routable else None
-        out = _Opened(searched, "lance", *(ivf or (None, None)))
-    if key is not None:
-        _opened_tables.put(key, (schema, out))
-    return out
-
-
-OPENED_CACHED = 4096  # tables kept opened for vector searches, per process
-_opened_tables: Lru[tuple[pa.Schema, _Opened]] = Lru(OPENED_CACHED)
+        return _Opened(searched, "cached")
+    if not searched.pushable:
+        return _Opened(searched, "flat")
+    ivf = ivf_index(searched.ds, column) if routable else None
+    return _Opened(searched, "lance", *(ivf or (None, None)))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from ..lru import Lru
+from ..lru import Lru, Sightings
 from .build import describe
 from .memory import share
 
@@ -26,7 +26,7 @@ ROWS_CACHE_BYTES = share(0.25)  # columns kept per process at most (256 MiB by d
 
 # (table version, columns) -> those columns of every row, sorted by row id (column _rowid)
 _kept: Lru[pa.Table] = Lru(ROWS_CACHE_BYTES, weight=lambda t: t.nbytes)
-_read_before: Lru[bool] = Lru(16_384)
+_read_before = Sightings(16_384)
 
 
 def take_rows(ds: lance.LanceDataset, ids: Sequence[int], columns: list[str]) -> pa.Table:
@@ -58,8 +58,7 @@ def _kept_columns(ds: lance.LanceDataset, columns: list[str]) -> pa.Table | None
         return hit
     if _kept.size <= 0:
         return None  # nothing can be kept
-    if _read_before.get(key) is None:
-        _read_before.put(key, True)
+    if not _read_before.again(key):
         return None
     if describe(ds)[0] > ROWS_CACHE_ROWS:
         return None

@@ -29,7 +29,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from ..lru import Lru
+from ..lru import Lru, Sightings
 from .declaration import IndexDeclaration
 from .memory import share
 
@@ -61,6 +61,7 @@ class TableTerms:
     starts: np.ndarray  # int64: token i's documents are documents[starts[i]:starts[i + 1]]
     documents: np.ndarray  # int32 document positions, grouped by token
     counts: np.ndarray  # float64 occurrences of the token in each of them
+    average: float  # the average document length (1 when no document holds a token)
 
     @property
     def docs(self) -> int:
@@ -79,9 +80,7 @@ class TableTerms:
             return np.zeros(0, np.uint64), np.zeros(0, np.float64)
         lo, hi = int(self.starts[i]), int(self.starts[i + 1])
         documents, tf = self.documents[lo:hi], self.counts[lo:hi]
-        total = float(self.lengths.sum())
-        average = total / self.docs if total else 1.0
-        norm = K1 * (1 - B + B * self.lengths[documents] / average)
+        norm = K1 * (1 - B + B * self.lengths[documents] / self.average)
         scores = idf(self.docs, hi - lo) * tf * (K1 + 1) / (tf + norm)
         return self.row_ids[documents], scores
 
@@ -104,6 +103,7 @@ def read_terms(ds: lance.LanceDataset, column: str, decl: IndexDeclaration) -> T
     pairs, counts = np.unique(token_ids * max(len(lists), 1) + owner, return_counts=True)
     tokens_of, documents = np.divmod(pairs, max(len(lists), 1))
     starts = np.searchsorted(tokens_of, np.arange(len(names) + 1)).astype(np.int64)
+    total = float(lengths.sum())
     return TableTerms(
         table.column("_rowid").to_numpy().astype(np.uint64),
         lengths.astype(np.float64),
@@ -111,6 +111,7 @@ def read_terms(ds: lance.LanceDataset, column: str, decl: IndexDeclaration) -> T
         starts,
         documents.astype(np.int32),
         counts.astype(np.float64),
+        total / len(lists) if total else 1.0,
     )
 
 
@@ -151,7 +152,7 @@ def _joined(
 
 # (table version, column, tokenizer) -> its terms; and the table versions searched once already
 _terms: Lru[TableTerms] = Lru(TERMS_CACHE_BYTES, weight=lambda t: t.nbytes)
-_searched_before: Lru[bool] = Lru(16_384)
+_searched_before = Sightings(16_384)
 
 
 class TermsSource:
@@ -185,8 +186,7 @@ class TermsSource:
             return hit
         if docs > TERMS_CACHE_DOCS or indexed_rows != docs or _terms.size <= 0:
             return None
-        if _searched_before.get(key) is None:
-            _searched_before.put(key, True)
+        if not _searched_before.again(key):
             return None
         if any(f.metadata.deletion_file is not None for f in ds.get_fragments()):
             return None
