@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from .concurrency import decided_by
+from .concurrency import decided_by, in_background
 from .errors import (
     CommitConflictError,
     PartitionedNamespaceError,
@@ -391,16 +391,22 @@ def write_rows(
         writer.route(data)
     else:
 
-        def route() -> None:
+        def route() -> Future[None]:
             writer.route(data)
-            writer.open_tables()
+            return in_background(writer.open_tables)
 
-        current, _ = decided_by(listing, state.snapshot.version, route)
+        current, opening = decided_by(listing, state.snapshot.version, route)
         if not current:
             state.read_latest()
             return write_rows(
                 state, data, mode, commit_properties=commit_properties, partitions=partitions
             )
+        assert opening is not None
+        try:
+            # the rows' files uploaded while their tables' versions are read
+            writer.write_ahead()
+        finally:
+            opening.result()
     result = writer.finish()
     committed = writer.manifest_commit.committed
     if committed is not None and committed.version == result.manifest_version:

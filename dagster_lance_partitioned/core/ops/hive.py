@@ -32,7 +32,6 @@ from urllib.parse import unquote
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 
 from .. import storage
 from ..errors import HiveImportError, NamespaceExistsError, SchemaError
@@ -78,16 +77,6 @@ class HiveLeaf:
 
 
 # -- walking the tree ---------------------------------------------------------------------------
-def _filesystem(root: str, storage_options: dict[str, str] | None) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and path to list ``root`` with (object stores: pyarrow's own credentials;
-    ``storage_options`` are used by Lance when opening the tables)."""
-    local = storage.local_path(root)
-    if local is not None:
-        return pafs.LocalFileSystem(), local
-    fs, path = pafs.FileSystem.from_uri(root)
-    return fs, path
-
-
 def _level(name: str, where: str) -> tuple[str, str | None]:
     key, _, value = name.partition("=")
     key = unquote(key)
@@ -97,15 +86,18 @@ def _level(name: str, where: str) -> tuple[str, str | None]:
 
 
 def _walk(
-    fs: pafs.FileSystem, base: str, rel: tuple[str, ...], levels: tuple[tuple[str, str | None], ...]
+    root: str,
+    storage_options: dict[str, str] | None,
+    rel: tuple[str, ...],
+    levels: tuple[tuple[str, str | None], ...],
 ) -> list[tuple[str, tuple[tuple[str, str | None], ...]]]:
-    """(relative location, (key, value) levels) of every leaf under ``base/rel``."""
-    path = "/".join([base.rstrip("/"), *rel])
-    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=False))
+    """(relative location, (key, value) levels) of every leaf under ``root/rel``, listed
+    through the store Lance uses, with the same ``storage_options`` (local links to
+    directories are listed, and refused when their tables are opened)."""
+    path = storage.join(root, "/".join(rel)) if rel else root
     out = []
-    for info in sorted(infos, key=lambda i: i.base_name):
-        name = info.base_name
-        if info.type != pafs.FileType.Directory or name.startswith((".", "_")):
+    for name in storage.list_dirs(path, storage_options, links=True):
+        if name.startswith((".", "_")):
             continue
         where = "/".join([*rel, name])
         if name.endswith(LEAF_SUFFIX):
@@ -113,7 +105,7 @@ def _walk(
             leaf_levels = (*levels, _level(stem, where)) if "=" in stem else levels
             out.append((where, leaf_levels))
         elif "=" in name:
-            out.extend(_walk(fs, base, (*rel, name), (*levels, _level(name, where))))
+            out.extend(_walk(root, storage_options, (*rel, name), (*levels, _level(name, where))))
         else:
             raise HiveImportError(
                 f"{where}: unexpected directory; expected key=value levels and *.lance tables"
@@ -126,11 +118,9 @@ def discover(
 ) -> list[HiveLeaf]:
     """Every leaf table of the tree at ``uri`` with its keys, values, version and schema."""
     root = storage.normalize_root(uri)
-    fs, base = _filesystem(root, storage_options)
-    try:
-        found = _walk(fs, base, (), ())
-    except FileNotFoundError:
-        raise HiveImportError(f"{root}: no such directory") from None
+    found = _walk(root, storage_options, (), ())
+    if not found and not storage.is_dir(root, storage_options):
+        raise HiveImportError(f"{root}: no such directory")
     if not found:
         raise HiveImportError(f"{root}: no key=value/.../*.lance tables found")
     leaves = []

@@ -39,6 +39,9 @@ class PendingPartition:
     layout: pa.Schema | None = None
     storage_version: str | None = None
     bytes_written: int = 0
+    # the rows of ``fragments`` when they were written ahead of opening the table (shaped
+    # ``layout``, see write.ahead): kept until the commit, which re-writes them if needed
+    ahead: pa.Table | None = None
 
     @property
     def object_id(self) -> str:

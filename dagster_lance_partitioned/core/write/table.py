@@ -28,6 +28,7 @@ from ..manifest.store import ManifestStore, TableEntry, table_location
 from ..schema.conform import append_layout, column_sources, conform_to, same_layout
 from ..spec.partition_constants import fill_constants, identity_constants
 from ..spec.partition_spec import PartitionSpec
+from . import ahead
 from .pending import Key, PendingPartition
 
 MAX_ROWS_PER_FILE = 1024 * 1024
@@ -97,6 +98,40 @@ class TableWriter:
                     session=_session_for(target),
                 )
             )
+
+    def write_ahead(self, pending: PendingPartition, table: pa.Table, replace: bool) -> None:
+        """Write ``table`` (rows of the write schema) as a data file of ``pending``'s registered
+        table without opening it, in the layout and storage version it most likely has (checked
+        when it is committed: see :mod:`.ahead`)."""
+        assert pending.existing is not None
+        write = self.write_schema
+        layout = write if replace else append_layout(write, write)
+        rows = table if replace else conform_to(table, layout, column_sources(write, layout))
+        fragment, version = ahead.write_ahead(
+            self._entry_uri(pending.existing), rows, layout, None, self.store.storage_options
+        )
+        pending.fragments.append(fragment)
+        pending.layout = None if replace else layout
+        pending.storage_version = version
+        pending.ahead = rows
+
+    def _redo_ahead(
+        self,
+        pending: PendingPartition,
+        uri: str,
+        fragments: list[FragmentMetadata],
+        layout: pa.Schema | None,
+        version: str,
+    ) -> None:
+        """``pending``'s rows written ahead are re-written as ``fragments`` (in ``layout`` and
+        ``version``, which the table takes): use those, and delete the files written ahead
+        (never referenced by any version)."""
+        stale = ahead.written_paths(pending.fragments)
+        pending.fragments = fragments
+        pending.layout = layout
+        pending.storage_version = version
+        pending.record_written(fragments)
+        storage.delete_files(uri, stale, self.store.storage_options)
 
     def append_layout(self, pending: PendingPartition) -> tuple[pa.Schema, str]:
         """The layout (and storage version) of ``pending``'s appended fragments, fixed at the
@@ -169,8 +204,13 @@ class TableWriter:
         base = self.base_version(onto)
         if not replace:
             return self.append_into(pending, uri, base)
+        ds = self.dataset(uri, base)
+        if pending.ahead is not None and pending.storage_version != ds.data_storage_version:
+            # written ahead in another storage version than the table's: write them again
+            again = self.write_layout(pending.ahead, ds, self.write_schema, ds.data_storage_version)
+            self._redo_ahead(pending, uri, again, None, ds.data_storage_version)
         op = LanceOperation.Overwrite(self.write_schema, pending.fragments)
-        return int(tv.commit(self.dataset(uri, base), op, base, opts).version)
+        return int(tv.commit(ds, op, base, opts).version)
 
     def detached_base(self, uri: str, base: int) -> int:
         """A detached version with exactly ``base``'s content.
@@ -200,8 +240,13 @@ class TableWriter:
         if pending.layout is None or not (
             same_layout(layout, pending.layout) and version == pending.storage_version
         ):
-            # the table changed under us (a concurrent commit): re-lay our rows out for it
-            fragments = self.write_layout(self.our_rows(pending, layout), ds, layout, version)
+            # the table changed under us (a concurrent commit), or was not laid out as the rows
+            # written ahead guessed: re-lay our rows out for it
+            rows = self.our_rows(pending, layout)
+            fragments = self.write_layout(rows, ds, layout, version)
+            if pending.ahead is not None:
+                self._redo_ahead(pending, uri, fragments, layout, version)
+                pending.ahead = rows
         constants = identity_constants(self.spec, self.schema, pending.values(self.spec))
         if any(v is not None and n not in ds.schema.names for n, v in constants.items()):
             # an imported (Hive) table lacks its key columns: store them once, with our rows
@@ -262,6 +307,8 @@ class TableWriter:
     def _stored_rows(self, pending: PendingPartition) -> pa.Table:
         """The rows this write put in ``pending``'s table, as its fragments hold them."""
         opts = self.store.storage_options
+        if pending.ahead is not None:
+            return pending.ahead
         if pending.existing is None:
             assert pending.version is not None
             return tv.open_version(self.uri(pending), pending.version, opts).to_table()

@@ -18,6 +18,7 @@ from ..schema.conform import table_write_schema
 from ..search.build import index_version
 from ..search.declaration import declarations
 from ..spec.partition_spec import PartitionSpec
+from .ahead import MAX_AHEAD_ROWS
 from .append import AppendCommit
 from .commit import WriteCommit
 from .ingest import PartitionIngest
@@ -93,6 +94,25 @@ class PartitionWriter:
         (reads only; the table commits then read nothing again)."""
         existing = [p.existing for p in self.ingest.pending.values() if p.existing is not None]
         parallel_map(self.tables.open, existing, table_threads(self.store.root))
+
+    def write_ahead(self) -> None:
+        """Write the routed rows of registered tables as data files of those tables without
+        opening them (while :meth:`open_tables` opens them: on an object store the uploads then
+        overlap the reads; see :mod:`.ahead`)."""
+        todo = [
+            (p, self.ingest.take_rows(p))
+            for p in self.ingest.pending.values()
+            if p.existing is not None
+            and p.batches
+            and not p.fragments
+            and 0 < p.rows <= MAX_AHEAD_ROWS
+        ]
+        replace = self.manifest_commit.replaces
+
+        def write(item: tuple[PendingPartition, pa.Table]) -> None:
+            self.tables.write_ahead(item[0], item[1], replace)
+
+        parallel_map(write, todo, table_threads(self.store.root))
 
     def finish(self) -> WriteResult:
         """Write the routed rows as new table versions and make them visible in one manifest

@@ -1,0 +1,95 @@
+"""Rows written ahead: a partition's rows written as a data file of its registered table while
+the table is still being opened, so that on an object store the file's upload overlaps the
+reads of the table's version instead of following them.
+
+The file is written by path, in the layout and data storage version the table most likely has
+(what this write would create it with); the table commit checks both against the opened table
+and writes the rows again when either differs (see :meth:`.table.TableWriter.append_into`),
+deleting the file written ahead. Nothing is committed here."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pyarrow as pa
+from lance.file import LanceFileWriter
+from lance.fragment import DataFile, FragmentMetadata, write_fragments
+
+from .. import storage
+
+# rows a file written ahead may hold (larger writes are split into several files by Lance)
+MAX_AHEAD_ROWS = 1024 * 1024
+DATA_DIR = "data"
+
+_templates: dict[tuple[bytes, str | None], DataFile] = {}
+_lock = threading.Lock()
+
+
+def _template(rows: pa.Table, layout: pa.Schema, version: str | None) -> DataFile:
+    """How Lance describes a data file of ``layout`` at ``version`` (None: Lance's default):
+    the field ids of its columns and their indexes, and the file version; from one row written
+    to memory, once per process and layout."""
+    key = (layout.serialize().to_pybytes(), version)
+    with _lock:
+        known = _templates.get(key)
+    if known is None:
+        fragments = write_fragments(
+            rows.slice(0, 1),
+            f"memory://dlp-layout-{uuid.uuid4().hex}",
+            schema=layout,
+            mode="create",
+            data_storage_version=version,
+        )
+        known = fragments[0].files[0]
+        with _lock:
+            _templates[key] = known
+    return known
+
+
+def file_version(data_file: DataFile) -> str:
+    """The data storage version of ``data_file`` (``"2.2"``)."""
+    return f"{data_file.file_major_version}.{data_file.file_minor_version}"
+
+
+def write_ahead(
+    table_uri: str,
+    rows: pa.Table,
+    layout: pa.Schema,
+    version: str | None,
+    storage_options: dict[str, str] | None,
+) -> tuple[FragmentMetadata, str]:
+    """``rows`` (shaped ``layout``, at least one, at most :data:`MAX_AHEAD_ROWS`) as a new data
+    file of the table at ``table_uri``, written without reading the table: the fragment that
+    holds it (not committed) and the file's data storage version."""
+    template = _template(rows, layout, version)
+    name = f"{uuid.uuid4().hex}.lance"
+    writer = LanceFileWriter(
+        storage.join(table_uri, f"{DATA_DIR}/{name}"),
+        layout,
+        version=file_version(template),
+        storage_options=storage_options,
+    )
+    for batch in rows.to_batches():
+        writer.write_batch(batch)
+    written = writer.close()
+    data_file = DataFile(
+        name,
+        list(template.fields),
+        list(template.column_indices),
+        template.file_major_version,
+        template.file_minor_version,
+        writer.size_bytes,
+    )
+    return FragmentMetadata(0, [data_file], int(written or rows.num_rows)), file_version(template)
+
+
+def written_paths(fragments: list[FragmentMetadata]) -> list[str]:
+    """The data files of ``fragments``, relative to their table's directory."""
+    return [f"{DATA_DIR}/{f.path}" for frag in fragments for f in frag.files]
+
+
+def clear() -> None:
+    """Forget the data file descriptions learnt (tests)."""
+    with _lock:
+        _templates.clear()
