@@ -393,7 +393,9 @@ def write_rows(
 
         def route() -> Future[None]:
             writer.route(data)
-            return in_background(writer.open_tables)
+            opening = in_background(writer.open_tables)
+            writer.prepare_ahead()
+            return opening
 
         current, opening = decided_by(listing, state.snapshot.version, route)
         if not current:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from dataclasses import dataclass
 
 import pyarrow as pa
 from lance.file import LanceFileWriter
@@ -52,16 +53,44 @@ def file_version(data_file: DataFile) -> str:
     return f"{data_file.file_major_version}.{data_file.file_minor_version}"
 
 
-def write_ahead(
+@dataclass
+class AheadFile:
+    """A data file about to be written ahead: its writer is made (the store client, the
+    layout's description) but nothing is sent before :meth:`write`."""
+
+    rows: pa.Table
+    name: str
+    template: DataFile
+    writer: LanceFileWriter
+
+    def write(self) -> tuple[FragmentMetadata, str]:
+        """Upload the rows: the fragment that holds them (not committed) and the file's data
+        storage version."""
+        for batch in self.rows.to_batches():
+            self.writer.write_batch(batch)
+        written = self.writer.close()
+        t = self.template
+        data_file = DataFile(
+            self.name,
+            list(t.fields),
+            list(t.column_indices),
+            t.file_major_version,
+            t.file_minor_version,
+            self.writer.size_bytes,
+        )
+        return FragmentMetadata(0, [data_file], int(written or self.rows.num_rows)), file_version(t)
+
+
+def prepare(
     table_uri: str,
     rows: pa.Table,
     layout: pa.Schema,
     version: str | None,
     storage_options: dict[str, str] | None,
-) -> tuple[FragmentMetadata, str]:
-    """``rows`` (shaped ``layout``, at least one, at most :data:`MAX_AHEAD_ROWS`) as a new data
-    file of the table at ``table_uri``, written without reading the table: the fragment that
-    holds it (not committed) and the file's data storage version."""
+) -> AheadFile:
+    """The file that will hold ``rows`` (shaped ``layout``, at least one, at most
+    :data:`MAX_AHEAD_ROWS`) as a new data file of the table at ``table_uri``, written without
+    reading the table; nothing is sent yet (a file prepared and never written leaves nothing)."""
     template = _template(rows, layout, version)
     name = f"{uuid.uuid4().hex}.lance"
     writer = LanceFileWriter(
@@ -70,18 +99,7 @@ def write_ahead(
         version=file_version(template),
         storage_options=storage_options,
     )
-    for batch in rows.to_batches():
-        writer.write_batch(batch)
-    written = writer.close()
-    data_file = DataFile(
-        name,
-        list(template.fields),
-        list(template.column_indices),
-        template.file_major_version,
-        template.file_minor_version,
-        writer.size_bytes,
-    )
-    return FragmentMetadata(0, [data_file], int(written or rows.num_rows)), file_version(template)
+    return AheadFile(rows, name, template, writer)
 
 
 def written_paths(fragments: list[FragmentMetadata]) -> list[str]:

@@ -99,21 +99,28 @@ class TableWriter:
                 )
             )
 
-    def write_ahead(self, pending: PendingPartition, table: pa.Table, replace: bool) -> None:
-        """Write ``table`` (rows of the write schema) as a data file of ``pending``'s registered
-        table without opening it, in the layout and storage version it most likely has (checked
-        when it is committed: see :mod:`.ahead`)."""
+    def prepare_ahead(
+        self, pending: PendingPartition, table: pa.Table, replace: bool
+    ) -> ahead.AheadFile:
+        """The data file of ``pending``'s registered table that will hold ``table`` (rows of
+        the write schema), written without opening the table, in the layout and storage version
+        it most likely has (checked when it is committed: see :mod:`.ahead`); nothing is sent
+        before :meth:`write_ahead`."""
         assert pending.existing is not None
         write = self.write_schema
         layout = write if replace else append_layout(write, write)
         rows = table if replace else conform_to(table, layout, column_sources(write, layout))
-        fragment, version = ahead.write_ahead(
+        pending.layout = None if replace else layout
+        pending.ahead = rows
+        return ahead.prepare(
             self._entry_uri(pending.existing), rows, layout, None, self.store.storage_options
         )
+
+    def write_ahead(self, pending: PendingPartition, file: ahead.AheadFile) -> None:
+        """Upload ``file`` (prepared for ``pending``) as a fragment of its table."""
+        fragment, version = file.write()
         pending.fragments.append(fragment)
-        pending.layout = None if replace else layout
         pending.storage_version = version
-        pending.ahead = rows
 
     def _redo_ahead(
         self,

@@ -18,7 +18,7 @@ from ..schema.conform import table_write_schema
 from ..search.build import index_version
 from ..search.declaration import declarations
 from ..spec.partition_spec import PartitionSpec
-from .ahead import MAX_AHEAD_ROWS
+from .ahead import MAX_AHEAD_ROWS, AheadFile
 from .append import AppendCommit
 from .commit import WriteCommit
 from .ingest import PartitionIngest
@@ -66,6 +66,7 @@ class PartitionWriter:
         self.manifest_commit = commit_type(
             store, base, spec, schema, self.tables, self.ingest.lookup, commit_properties
         )
+        self._ahead: list[tuple[PendingPartition, AheadFile]] = []
         # the declared indexes every table version this write registers carries
         self.indexes = [d.with_column(schema) for d in declarations(base.metadata)]
 
@@ -95,10 +96,9 @@ class PartitionWriter:
         existing = [p.existing for p in self.ingest.pending.values() if p.existing is not None]
         parallel_map(self.tables.open, existing, table_threads(self.store.root))
 
-    def write_ahead(self) -> None:
-        """Write the routed rows of registered tables as data files of those tables without
-        opening them (while :meth:`open_tables` opens them: on an object store the uploads then
-        overlap the reads; see :mod:`.ahead`)."""
+    def prepare_ahead(self) -> None:
+        """Prepare the routed rows of registered tables to be written as data files of those
+        tables without opening them (nothing is sent yet; see :meth:`write_ahead`)."""
         todo = [
             (p, self.ingest.take_rows(p))
             for p in self.ingest.pending.values()
@@ -109,10 +109,21 @@ class PartitionWriter:
         ]
         replace = self.manifest_commit.replaces
 
-        def write(item: tuple[PendingPartition, pa.Table]) -> None:
-            self.tables.write_ahead(item[0], item[1], replace)
+        def prepare(item: tuple[PendingPartition, pa.Table]) -> tuple[PendingPartition, AheadFile]:
+            return item[0], self.tables.prepare_ahead(item[0], item[1], replace)
 
-        parallel_map(write, todo, table_threads(self.store.root))
+        self._ahead = parallel_map(prepare, todo, table_threads(self.store.root))
+
+    def write_ahead(self) -> None:
+        """Upload the files :meth:`prepare_ahead` prepared (while :meth:`open_tables` opens
+        their tables: on an object store the uploads then overlap the reads; see
+        :mod:`.ahead`)."""
+        prepared, self._ahead = self._ahead, []
+
+        def write(item: tuple[PendingPartition, AheadFile]) -> None:
+            self.tables.write_ahead(*item)
+
+        parallel_map(write, prepared, table_threads(self.store.root))
 
     def finish(self) -> WriteResult:
         """Write the routed rows as new table versions and make them visible in one manifest
