@@ -18,7 +18,7 @@ import datafusion as dfn
 import pyarrow as pa
 
 from ..manifest.store import SEP, ManifestSnapshot, TableEntry
-from ..spec.expressions import CompiledExpression, coerce_result, ordered_context
+from ..spec.expressions import CompiledExpression, coerce_result, compiled, ordered_context
 from ..spec.partition_spec import PartitionSpec, SpecField, source_names, source_types
 from ..spec.transforms import ExpressionTransform, Granularity, Transform, value_set
 from ..spec.windows import parse_window
@@ -57,7 +57,7 @@ class _Field:
         """Partition values for literal source values (one list per source)."""
         if self.compiled is None:
             f = self.spec_field
-            self.compiled = CompiledExpression(f.sql(self.types), self.types, label=f.field_id)
+            self.compiled = compiled(f.sql(self.types), self.types, label=f.field_id)
         arrays = [pa.array(col, type=t) for col, t in zip(columns, self.types, strict=True)]
         values = coerce_result(
             self.compiled.evaluate(arrays), self.spec_field.result_type, self.spec_field.field_id

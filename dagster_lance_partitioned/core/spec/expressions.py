@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ExpressionError, ResultTypeMismatchError
+from ..lru import Lru
 from . import hashing
 
 HASH_UDFS: dict[str, tuple[Callable[..., pa.Array], pa.DataType]] = {
@@ -101,6 +102,23 @@ def _wrap(impl: Callable[..., pa.Array], out_type: pa.DataType) -> Callable[...,
         return impl(*arrays).cast(out_type)
 
     return call
+
+
+# compiled expressions kept per process (a DataFusion context each: building one costs a few
+# ms, which every write and plan would pay again)
+COMPILED_CACHED = 256
+_compiled: Lru[CompiledExpression] = Lru(COMPILED_CACHED)
+
+
+def compiled(sql: str, input_types: Sequence[pa.DataType], label: str = "") -> CompiledExpression:
+    """The :class:`CompiledExpression` of ``sql`` over ``input_types``, compiled once per
+    process (it holds no state between evaluations)."""
+    key = (sql, tuple(input_types), label)
+    hit = _compiled.get(key)
+    if hit is None:
+        hit = CompiledExpression(sql, input_types, label)
+        _compiled.put(key, hit)
+    return hit
 
 
 class CompiledExpression:

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from ..schema import arrow_json
 from .expressions import CompiledExpression, coerce_result
+from .expressions import compiled as compile_expression
 from .partition_spec import PartitionSpec, SpecField, source_types
 
 
@@ -28,7 +29,7 @@ class SpecEvaluator:
         for f in spec.fields:
             types = source_types(f, schema)
             self._sources.append([names.get(i) for i in f.source_ids])
-            compiled = CompiledExpression(f.sql(types), types, label=f.field_id)
+            compiled = compile_expression(f.sql(types), types, label=f.field_id)
             # raises ResultTypeMismatchError early when the declared type cannot hold the values
             coerce_result(pa.array([], compiled.output_type), f.result_type, f.field_id)
             self._compiled.append(compiled)

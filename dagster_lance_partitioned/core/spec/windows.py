@@ -256,10 +256,10 @@ def parse_window(sql: str, source: pa.DataType) -> TimeWindow | None:
 
 def window_values(window: TimeWindow, source: pa.DataType, starts: list[Any]) -> list[Any]:
     """Partition values of windows given by their starts (values of the source type)."""
-    from .expressions import CompiledExpression, coerce_result
+    from .expressions import coerce_result, compiled
 
-    compiled = CompiledExpression(window.expression(source), [source], label=window.unit)
-    result = compiled.evaluate([pa.array(starts, type=source)])
+    expression = compiled(window.expression(source), [source], label=window.unit)
+    result = expression.evaluate([pa.array(starts, type=source)])
     return list(coerce_result(result, window.result_type(source), window.unit).to_pylist())
 
 

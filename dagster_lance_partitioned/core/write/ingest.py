@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 
 from .. import storage
+from ..concurrency import parallel_map
 from ..errors import SchemaError, UnnamedPartitionError, WriteError
 from ..manifest.naming import NamespaceNaming, Naming
 from ..manifest.store import SEP, TABLE_NAME, ManifestSnapshot
@@ -120,20 +120,20 @@ class PartitionIngest:
         self.check_schema(reader.schema)
         evaluator = SpecEvaluator(self.spec, self.schema)
         workers = max(1, min(SPLIT_THREADS, os.cpu_count() or 1))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for batch in reader:
-                # rows of the previous batch are gathered now, so buffers never keep more
-                # than one input batch alive
-                self._gather_lazy(pool)
-                batch = conform_for_write(batch, self.write_schema)
-                chunks = [
-                    batch.slice(start, SPLIT_CHUNK_ROWS)
-                    for start in range(0, batch.num_rows, SPLIT_CHUNK_ROWS)
-                ]
-                for parts in pool.map(lambda c: list(evaluator.split(c)), chunks):
-                    self.lookup.resolve({key for key, _ in parts if key not in self.pending})
-                    for key, part in parts:
-                        self._add(key, part)
+        for batch in reader:
+            # rows of the previous batch are gathered now, so buffers never keep more than one
+            # input batch alive
+            self._gather_lazy(workers)
+            batch = conform_for_write(batch, self.write_schema)
+            chunks = [
+                batch.slice(start, SPLIT_CHUNK_ROWS)
+                for start in range(0, batch.num_rows, SPLIT_CHUNK_ROWS)
+            ]
+            # (one chunk is split in this thread)
+            for parts in parallel_map(lambda c: list(evaluator.split(c)), chunks, workers):
+                self.lookup.resolve({key for key, _ in parts if key not in self.pending})
+                for key, part in parts:
+                    self._add(key, part)
 
     def add_named_empty(self) -> None:
         """Give every named partition that got no rows an empty entry (a write replacing named
@@ -198,15 +198,14 @@ class PartitionIngest:
         while self._buffered >= TOTAL_FLUSH_BYTES:
             self.flush(max(self.pending.values(), key=lambda p: p.buffered_bytes))
 
-    def _gather_lazy(self, pool: ThreadPoolExecutor) -> None:
+    def _gather_lazy(self, threads: int) -> None:
         """Replace buffered row selections by gathered batches of their own."""
 
         def gather(pending: PendingPartition) -> None:
             pending.batches = [Rows(rows.materialize()) for rows in pending.batches]
 
         lazy = [p for p in self.pending.values() if any(r.indices is not None for r in p.batches)]
-        for future in [pool.submit(gather, p) for p in lazy]:
-            future.result()
+        parallel_map(gather, lazy, threads)
 
     # -- buffers --------------------------------------------------------------------------------
     def flush(self, pending: PendingPartition) -> None:
