@@ -234,15 +234,19 @@ def test_routed_candidates_are_refined_together_by_exact_distance(tmp_path, inde
         assert everything.column("id").to_pylist() == brute_force(rows, q, 10)[0]
 
 
-def test_route_counts_the_nearest_centroids_per_table():
+def test_route_picks_the_nearest_centroids_across_tables():
     a = np.array([[0.0, 0.0], [10.0, 0.0]], dtype=np.float32)
     b = np.array([[1.0, 0.0], [20.0, 0.0], [30.0, 0.0]], dtype=np.float32)
     c = np.array([[0.5, 0.5]], dtype=np.float32)
     q = np.array([0.2, 0.0], dtype=np.float32)
-    assert route([a, b, c], q, "l2", 1) == [1, 0, 0]
-    assert route([a, b, c], q, "l2", 3) == [1, 1, 1]
-    assert route([a, b, c], q, "l2", 4) == [2, 1, 1]
-    assert route([a, b, c], q, "l2", 100) == [2, 3, 1]
+
+    def picked(probes: int) -> list[list[int]]:
+        return [r.tolist() for r in route([a, b, c], q, "l2", probes)]
+
+    assert picked(1) == [[0], [], []]
+    assert picked(3) == [[0], [0], [0]]
+    assert picked(4) == [[0, 1], [0], [0]]
+    assert picked(100) == [[0, 1], [0, 1, 2], [0]]
 
 
 def cached(matrix: np.ndarray) -> _Vectors:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import lance
 import numpy as np
@@ -70,15 +71,16 @@ class _Vectors:
         return self.matrix.nbytes + self.row_ids.nbytes + self.norms.nbytes
 
 
-# (table version, column) -> its vectors, bounded in bytes
-_cached_vectors: Lru[_Vectors] = Lru(FLAT_CACHE_BYTES, weight=lambda v: v.nbytes)
+# (table version, column) -> its vectors, bounded in bytes (shared with the clusters of
+# indexed tables, see .clustered: any value with ``nbytes``)
+_cached_vectors: Lru[Any] = Lru(FLAT_CACHE_BYTES, weight=lambda v: int(v.nbytes))
 
 
 def vectors_of(ds: lance.LanceDataset, column: str) -> _Vectors:
     """The non-null vectors of ``column`` in a table version (cached)."""
     key = (ds.uri, ds.version, column)
     hit = _cached_vectors.get(key)
-    if hit is not None:
+    if isinstance(hit, _Vectors):
         return hit
     table = ds.to_table(columns=[column], with_row_id=True, filter=f"{quoted(column)} IS NOT NULL")
     dimension = vector_dimension(table.schema.field(column).type) or 1
@@ -137,7 +139,7 @@ def _pooled(tables: Sequence[Searched], column: str) -> _Vectors | None:
     on (building it copies every one of them); None before."""
     key = ("pooled", column, *((t.ds.uri, t.ds.version) for t in tables))
     hit = _cached_vectors.get(key)
-    if hit is not None:
+    if isinstance(hit, _Vectors):
         return hit
     if not _searched_together.again(key):
         return None

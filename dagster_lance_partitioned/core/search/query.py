@@ -21,6 +21,7 @@ from ..read.filters import FilterLike
 from ..read.planning import ScanTask
 from ..read.scan import read_schema, scan_concurrency
 from ..schema.arrow_json import strip_field_ids
+from . import clustered
 from .catalog import declared
 from .declaration import METRICS, IndexDeclaration, vector_dimension
 from .flat import cacheable, cached_candidates, distance, flat, matrix_of, quoted
@@ -34,6 +35,7 @@ from .searched import (
     for_each_searched,
     nearest_of,
     open_searched,
+    rows_by_id,
 )
 from .text import search_text
 
@@ -192,21 +194,29 @@ class _Query:
         """Each table's best rows (of those found by row id, the ``k`` best fetched), and
         whether the search was routed (``probes`` clusters over the tables with centroids)."""
         routed = [t for t in tables if t.centroids is not None] if probes is not None else []
-        nprobes: dict[int, int] = {}
+        clusters: dict[int, np.ndarray] = {}
         if len(routed) >= self.route_from and probes is not None:
             centroids = [t.centroids for t in routed if t.centroids is not None]
-            counts = route(centroids, self.vector, self.metric, probes)
-            nprobes = {id(t): c for t, c in zip(routed, counts, strict=True)}
+            picked = route(centroids, self.vector, self.metric, probes)
+            clusters = {id(t): c for t, c in zip(routed, picked, strict=True)}
         small = [t.searched for t in tables if t.how == "cached"]
         candidates = cached_candidates(small, self.column, self.vector, self.k, self.metric)
-        searched = [t.searched for t in tables if t.how != "cached" and nprobes.get(id(t), 1)]
+        in_memory = self.in_memory([t for t in tables if id(t) in clusters], clusters)
+        searched = [
+            t.searched
+            for t in tables
+            if t.how != "cached"
+            and (id(t) not in clusters or len(clusters[id(t)]))
+            and id(t) not in in_memory
+        ]
         how = {id(t.searched): t for t in tables}
-        done = for_each_searched(self.state, searched, lambda s: self.one(how[id(s)], nprobes))
+        done = for_each_searched(self.state, searched, lambda s: self.one(how[id(s)], clusters))
         parts = [d for d in done if isinstance(d, pa.Table) and d.num_rows]
         candidates.extend(self.refined([d for d in done if isinstance(d, _Approximate)]))
+        parts.extend(self.measured(list(in_memory.values())))
         threads = scan_concurrency(self.state.uri)
         parts.extend(fetch_best(candidates, self.k, self.schema, self.target, threads))
-        return parts, bool(nprobes)
+        return parts, bool(clusters)
 
     @property
     def refine(self) -> int:
@@ -232,7 +242,27 @@ class _Query:
 
         return for_each_searched(self.state, [f.searched for f, _ in by_table.values()], exact)
 
-    def one(self, t: _Opened, nprobes: Mapping[int, int]) -> pa.Table | _Approximate:
+    def measured(self, found: Sequence[_Approximate]) -> list[pa.Table]:
+        """The rows of ``found`` (the few that can be among the k nearest) in the target's
+        columns with their exact distances: one read per table, their vectors with them."""
+        found = [f for f in found if len(f.row_ids)]
+        plain = strip_field_ids(self.schema)
+        names = list(dict.fromkeys([*self.target.names, self.column]))
+        wanted = pa.schema([plain.field(n) for n in names])
+
+        def one(searched: Searched) -> pa.Table:
+            f = by_table[id(searched)]
+            rows = rows_by_id(searched, f.row_ids.tolist(), self.schema, wanted, keep=False)
+            exact = distance(
+                matrix_of(rows.column(self.column), len(self.vector)), self.vector, self.metric
+            )
+            picked = rows.select(list(self.target.names))
+            return picked.append_column(DISTANCE, pa.array(exact, pa.float32()))
+
+        by_table = {id(f.searched): f for f in found}
+        return for_each_searched(self.state, [f.searched for f in found], one)
+
+    def one(self, t: _Opened, clusters: Mapping[int, np.ndarray]) -> pa.Table | _Approximate:
         """One table's search: routed (its nearest clusters only), Lance's, or read here."""
         if t.how == "flat":
             return flat(
@@ -245,21 +275,51 @@ class _Query:
                 self.metric,
                 self.state.storage_options,
             )
-        if id(t) in nprobes:
-            return self.probed(t, nprobes[id(t)])
+        if id(t) in clusters:
+            return self.probed(t, len(clusters[id(t)]))
         return _nearest(
             t.searched, self.target, self.column, self.vector, self.k, self.metric, self.extra
         )
 
+    def in_memory(
+        self, routed: Sequence[_Opened], clusters: Mapping[int, np.ndarray]
+    ) -> dict[int, _Approximate]:
+        """Of the ``routed`` tables, those whose vectors are kept by cluster (see
+        :mod:`.clustered`) and that hold some of the clusters probed, all probed together
+        here: their ``k * refine_factor`` best rows by approximate distance."""
+        eligible = [t for t in routed if t.searched.lance_sql is None and t.centroids is not None]
+        present = clustered.kept(
+            [(t.searched.ds, t.centroids) for t in eligible if t.centroids is not None],
+            self.column,
+            self.metric,
+        )
+        kept = [
+            (t, k)
+            for t, k in zip(eligible, present, strict=True)
+            if k is not None and len(clusters[id(t)])
+        ]
+        found = clustered.probe(
+            [(k, clusters[id(t)]) for t, k in kept],
+            self.vector,
+            self.metric,
+            self.k,
+            self.k * self.refine,
+        )
+        return {
+            id(t): _Approximate(t.searched, ids, distances, exact=False)
+            for (t, _), (ids, distances) in zip(kept, found, strict=True)
+        }
+
     def probed(self, t: _Opened, nprobes: int) -> _Approximate:
-        """Lance's search of ``nprobes`` clusters of a table, unrefined: the row ids and the
-        index's distances of its ``k * refine_factor`` best rows."""
+        """Lance's search of ``nprobes`` IVF clusters of a table, unrefined: the row ids and
+        the index's distances of its ``k * refine_factor`` best rows."""
+        n = self.k * self.refine
         nearest = {
             "column": self.column,
             "q": self.vector,
             "metric": self.metric,
             **{key: v for key, v in self.extra.items() if key != "refine_factor"},
-            "k": self.k * self.refine,
+            "k": n,
             "nprobes": nprobes,
         }
         found = t.searched.ds.to_table(

@@ -77,14 +77,14 @@ def ivf_index(ds: lance.LanceDataset, column: str) -> tuple[str, np.ndarray] | N
 
 def route(
     centroids: Sequence[np.ndarray], vector: np.ndarray, metric: str, probes: int
-) -> list[int]:
-    """For each table (its centroids, in order), how many of the ``probes`` centroids nearest
-    ``vector`` over all tables it holds (0: not searched)."""
+) -> list[np.ndarray]:
+    """For each table (its centroids, in order), which of its centroids are among the
+    ``probes`` nearest ``vector`` over all tables (their positions; none: not searched)."""
     owner = np.concatenate([np.full(len(c), i) for i, c in enumerate(centroids)])
+    local = np.concatenate([np.arange(len(c)) for c in centroids])
     distances = distance(np.concatenate(centroids), vector, metric)
     if probes < len(distances):
         nearest = np.argpartition(distances, probes - 1)[:probes]
     else:
         nearest = np.arange(len(distances))
-    counts = np.bincount(owner[nearest], minlength=len(centroids))
-    return [int(c) for c in counts]
+    return [np.sort(local[nearest[owner[nearest] == i]]) for i in range(len(centroids))]

@@ -29,9 +29,13 @@ _kept: Lru[pa.Table] = Lru(ROWS_CACHE_BYTES, weight=lambda t: t.nbytes)
 _read_before = Sightings(16_384)
 
 
-def take_rows(ds: lance.LanceDataset, ids: Sequence[int], columns: list[str]) -> pa.Table:
-    """The rows of ``ds`` with row ids ``ids`` (each once), in that order, in ``columns``."""
-    kept = _kept_columns(ds, columns)
+def take_rows(
+    ds: lance.LanceDataset, ids: Sequence[int], columns: list[str], keep: bool = True
+) -> pa.Table:
+    """The rows of ``ds`` with row ids ``ids`` (each once), in that order, in ``columns``
+    (``keep``: these columns of a small table may be kept in memory, see above; not for
+    columns too wide to be worth it, such as vectors)."""
+    kept = _kept_columns(ds, columns) if keep else None
     if kept is not None:
         row_ids = kept.column("_rowid").to_numpy()
         wanted = np.asarray(ids, dtype=np.uint64)

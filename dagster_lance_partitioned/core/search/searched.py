@@ -169,16 +169,21 @@ def fetch_scored(
 
 
 def rows_by_id(
-    searched: Searched, row_ids: Sequence[int], schema: pa.Schema, wanted: pa.Schema
+    searched: Searched,
+    row_ids: Sequence[int],
+    schema: pa.Schema,
+    wanted: pa.Schema,
+    keep: bool = True,
 ) -> pa.Table:
     """The rows ``row_ids`` of a searched table in the namespace's ``wanted`` columns (in the
-    order given), then those the search filter keeps (``_rowid`` kept as a column)."""
+    order given), then those the search filter keeps (``_rowid`` kept as a column; ``keep``:
+    see :func:`.rows.take_rows`)."""
     plain = strip_field_ids(schema)
     need = plain if searched.sql else wanted
     present = [src for f in need if (src := searched.sources.get(f.name)) is not None]
     ids = [int(i) for i in row_ids]
     if present:
-        raw = take_rows(searched.ds, ids, present)
+        raw = take_rows(searched.ds, ids, present, keep)
     else:
         raw = pa.table({"__rows": pa.nulls(len(ids), pa.null())})
     table = conform_for_read(raw, need, searched.task.object_id, searched.sources)
