@@ -15,11 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..concurrency import serial_while_fast
 from ..errors import SearchQueryError
 from ..manifest.state import HasState, NamespaceState, state_of
 from ..read.filters import FilterLike
 from ..read.planning import ScanTask
-from ..read.scan import read_schema, scan_concurrency
+from ..read.scan import _guarded, read_schema, scan_concurrency
 from ..schema.arrow_json import strip_field_ids
 from . import clustered
 from .catalog import declared
@@ -260,7 +261,12 @@ class _Query:
             return picked.append_column(DISTANCE, pa.array(exact, pa.float32()))
 
         by_table = {id(f.searched): f for f in found}
-        return for_each_searched(self.state, [f.searched for f in found], one)
+        # a few quick reads: in this thread while they are (concurrent ones slow each other)
+        return serial_while_fast(
+            lambda s: _guarded(s.task, lambda: one(s)),
+            [f.searched for f in found],
+            scan_concurrency(self.state.uri),
+        )
 
     def one(self, t: _Opened, clusters: Mapping[int, np.ndarray]) -> pa.Table | _Approximate:
         """One table's search: routed (its nearest clusters only), Lance's, or read here."""
