@@ -115,11 +115,14 @@ def probe(
     empty = (np.empty(0, np.uint64), np.empty(0, np.float32))
     if not spans:
         return [empty for _ in tables]
-    matrix = from_bfloat16(np.concatenate([tables[i][0].matrix[a:b] for i, a, b in spans]))
-    norms = np.concatenate([tables[i][0].norms[a:b] for i, a, b in spans])
-    owner = np.concatenate([np.full(b - a, i) for i, a, b in spans])
-    local = np.concatenate([np.arange(a, b) for _, a, b in spans])
-    products = matrix @ vector
+    starts = np.cumsum([0, *(b - a for _, a, b in spans)])
+    products = np.empty(starts[-1], np.float32)
+    norms = np.empty(starts[-1], np.float32)
+    for (i, a, b), at in zip(spans, starts, strict=False):
+        # one cluster at a time: its float32 copy stays in the CPU's cache
+        kept = tables[i][0]
+        products[at : at + b - a] = from_bfloat16(kept.matrix[a:b]) @ vector
+        norms[at : at + b - a] = kept.norms[a:b]
     if metric == "l2":
         distances = norms - 2.0 * products + float(vector @ vector)
     elif metric == "cosine":
@@ -136,10 +139,13 @@ def probe(
     kth = float(np.partition(high, min(k, len(high)) - 1)[min(k, len(high)) - 1])
     top = top[low <= kth]
     top = top[np.argsort(distances[top], kind="stable")]
+    span = np.searchsorted(starts, top, side="right") - 1
+    owner = np.array([i for i, _, _ in spans])[span]
+    local = np.array([a for _, a, _ in spans])[span] + (top - starts[span])
     out = []
     for i, (kept, _) in enumerate(tables):
-        mine = top[owner[top] == i]
-        out.append((kept.row_ids[local[mine]], distances[mine]) if len(mine) else empty)
+        mine = owner == i
+        out.append((kept.row_ids[local[mine]], distances[top[mine]]) if mine.any() else empty)
     return out
 
 
