@@ -159,6 +159,20 @@ def test_nothing_is_kept_without_memory_for_it(tmp_path, monkeypatch):
     assert_exact(ns.search(q, k=10, probes=64), ROWS, q, 10)
 
 
+def test_tables_that_would_not_fit_together_are_not_kept(tmp_path, monkeypatch):
+    ns = _indexed(tmp_path)
+    # room for about a third of the indexed rows' clusters: none kept (else every query would
+    # evict what the one before built)
+    monkeypatch.setattr(clustered, "FLAT_CACHE_BYTES", ROWS.num_rows * 44 // 3)
+    _warm(ns)
+    assert _kept_tables() == 0
+    q = _query(6)
+    assert_exact(ns.search(q, k=10, probes=64), ROWS, q, 10)
+    monkeypatch.setattr(clustered, "FLAT_CACHE_BYTES", ROWS.num_rows * 44 * 2)
+    _warm(ns)
+    assert _kept_tables() > 0
+
+
 def test_a_new_table_version_is_searched_by_lance_until_kept_again(tmp_path):
     ns = _indexed(tmp_path)
     _warm(ns)

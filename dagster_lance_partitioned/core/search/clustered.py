@@ -24,6 +24,7 @@ import numpy as np
 
 from ..concurrency import in_background
 from ..lru import Sightings
+from .build import describe
 from .flat import FLAT_CACHE_BYTES, _cached_vectors, matrix_of, quoted
 
 # rows assigned to clusters per matrix product while building (bounds its scratch memory)
@@ -192,15 +193,29 @@ _pending: list[Future[None]] = []
 Routed = tuple[lance.LanceDataset, np.ndarray]  # a table version and its index's centroids
 
 
+# the share of the vector cache the clusters of one set of routed tables may take (the rest
+# stays for small tables' vectors)
+KEPT_SHARE = 0.75
+
+
+def _size(ds: lance.LanceDataset, centroids: np.ndarray) -> int:
+    """About how many bytes a table version's kept clusters take."""
+    rows = describe(ds)[0]
+    return int(rows * (2 * centroids.shape[1] + 12) + 8 * (len(centroids) + 1))
+
+
 def kept(tables: Sequence[Routed], column: str, metric: str) -> list[Clustered | None]:
     """The kept clusters of ``column`` in each of ``tables`` (None where they are not). The
     second query routed over the same tables starts building those missing, in the
-    background."""
+    background, when all of them fit in :data:`KEPT_SHARE` of the vector cache."""
     keys = [("clustered", ds.uri, ds.version, column, metric) for ds, _ in tables]
     found = [_cached_vectors.get(key) for key in keys]
     out = [hit if isinstance(hit, Clustered) else None for hit in found]
     missing = [(key, t) for key, t, hit in zip(keys, tables, out, strict=True) if hit is None]
     if not missing or FLAT_CACHE_BYTES <= 0 or not _routed.again(tuple(keys)):
+        return out
+    if sum(_size(ds, centroids) for ds, centroids in tables) > FLAT_CACHE_BYTES * KEPT_SHARE:
+        # they would not fit together: each query would evict what the last one built
         return out
     with _lock:
         todo = [(key, t) for key, t in missing if key not in _building]

@@ -292,7 +292,8 @@ class _Query:
     ) -> dict[int, _Approximate]:
         """Of the ``routed`` tables, those whose vectors are kept by cluster (see
         :mod:`.clustered`) and that hold some of the clusters probed, all probed together
-        here: their ``k * refine_factor`` best rows by approximate distance."""
+        here: the rows that can be among the k nearest (of the ``k * refine_factor`` best by
+        approximate distance), with those distances."""
         eligible = [t for t in routed if t.searched.lance_sql is None and t.centroids is not None]
         present = clustered.kept(
             [(t.searched.ds, t.centroids) for t in eligible if t.centroids is not None],
