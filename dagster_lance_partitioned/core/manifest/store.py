@@ -45,7 +45,7 @@ from ..errors import (
 from ..schema.namespace_schema import (
     SCHEMA_KEY as SCHEMA_KEY,  # re-exported: a manifest metadata key
 )
-from ..spec.partition_spec import PartitionSpec
+from ..spec.partition_spec import PartitionSpec, canonical_value
 from . import retire
 from .commit_summary import (
     PROP_OPERATION,
@@ -498,7 +498,12 @@ class ManifestSnapshot:
 
         def column(sub: pa.Table, name: str) -> list[Any]:
             if name in sub.column_names:
-                return list(sub.column(name).to_pylist())
+                values = sub.column(name)
+                if pa.types.is_floating(values.type):
+                    # one NaN object for every NaN value, so that NaN partitions are found
+                    # by key (a NaN equals only itself), as the partitioner's keys are made
+                    return [canonical_value(v) for v in values.to_pylist()]
+                return list(values.to_pylist())
             return [None] * sub.num_rows
 
         for spec in specs.values():
@@ -652,6 +657,8 @@ def _values_filter(spec: PartitionSpec, levels: int, keys: set[tuple[Any, ...]])
     for i, f in enumerate(spec.fields[:levels]):
         values = {k[i] for k in keys}
         present = [v for v in values if v is not None]
+        if pa.types.is_floating(f.result_type) and any(v == 0.0 for v in present):
+            present += [0.0, -0.0]  # equal as keys, told apart by isin
         test = None
         if present:
             test = pc.field(f.column).isin(pa.array(present, f.result_type))

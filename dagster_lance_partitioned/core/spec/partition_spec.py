@@ -4,6 +4,7 @@ and :class:`PartitionSpec`, their JSON forms (current and draft shape), and fiel
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,14 @@ if TYPE_CHECKING:
 PARTITION_COLUMN_PREFIX = "partition_field_"
 SPEC_KEY_PREFIX = "partition_spec_v"
 _FIELD_ID_RE = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def canonical_value(value: Any) -> Any:
+    """A partition value as partition keys hold it: every NaN as the one object ``math.nan``
+    (a NaN equals only itself, so keys holding other NaN objects would never match)."""
+    if isinstance(value, float) and math.isnan(value):
+        return math.nan
+    return value
 
 
 @dataclass(frozen=True)

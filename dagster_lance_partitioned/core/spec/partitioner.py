@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +13,7 @@ import pyarrow.compute as pc
 from ..schema import arrow_json
 from .expressions import CompiledExpression, coerce_result
 from .expressions import compiled as compile_expression
-from .partition_spec import PartitionSpec, SpecField, source_types
+from .partition_spec import PartitionSpec, SpecField, canonical_value, source_types
 
 
 class SpecEvaluator:
@@ -33,6 +32,16 @@ class SpecEvaluator:
             # raises ResultTypeMismatchError early when the declared type cannot hold the values
             coerce_result(pa.array([], compiled.output_type), f.result_type, f.field_id)
             self._compiled.append(compiled)
+        # source columns of identity fields: one value per partition, filled instead of gathered
+        self._constant = {
+            srcs[0]
+            for f, srcs in zip(spec.fields, self._sources, strict=True)
+            if len(srcs) == 1
+            and srcs[0] is not None
+            and constant_safe(schema.field(srcs[0]).type)
+            and f.result_type == schema.field(srcs[0]).type  # (no cast merges values)
+            and f.transform_for(source_types(f, schema)).is_identity
+        }
 
     def field_values(
         self,
@@ -74,19 +83,31 @@ class SpecEvaluator:
         small = np.int16 if len(keys) <= np.iinfo(np.int16).max else np.int32
         order = np.argsort(codes.astype(small), kind="stable")
         counts = np.bincount(codes, minlength=len(keys))
+        constant = tuple(
+            i
+            for i, f in enumerate(batch.schema)
+            if f.name in self._constant
+            and self.schema.get_field_index(f.name) >= 0
+            and f.type == self.schema.field(f.name).type
+        )
         start = 0
         for g, count in enumerate(counts.tolist()):
             if count:
-                yield keys[g], Rows(batch, order[start : start + count])
+                yield keys[g], Rows(batch, order[start : start + count], constant)
             start += count
 
 
 @dataclass(frozen=True)
 class Rows:
-    """Some rows of a batch (all of them when ``indices`` is None), gathered on demand."""
+    """Some rows of a batch (all of them when ``indices`` is None), gathered on demand.
+
+    ``constant``: positions of columns holding one value in these rows (the source columns of
+    identity partition fields, of types whose grouping equality is equality of their bytes):
+    filled with that value instead of gathered."""
 
     batch: pa.RecordBatch
     indices: np.ndarray | None = None
+    constant: tuple[int, ...] = ()
 
     @property
     def num_rows(self) -> int:
@@ -103,7 +124,35 @@ class Rows:
         """The rows as their own batch."""
         if self.indices is None:
             return self.batch
-        return self.batch.take(pa.array(self.indices))
+        picked = pa.array(self.indices)
+        if not self.constant or not len(self.indices):
+            return self.batch.take(picked)
+        first = int(self.indices[0])
+        columns = [
+            _filled(col, len(self.indices), first) if i in self.constant else col.take(picked)
+            for i, col in enumerate(self.batch.columns)
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=self.batch.schema)
+
+
+def _filled(column: pa.Array, rows: int, at: int) -> pa.Array:
+    """``rows`` copies of ``column[at]``."""
+    value = column[at]
+    empty = pa.nulls(rows, column.type)
+    return empty if not value.is_valid else empty.fill_null(value)
+
+
+def constant_safe(kind: pa.DataType) -> bool:
+    """Whether rows grouped as equal by a value of ``kind`` hold identical bytes (strings,
+    integers, dates, times, booleans: not floats, whose 0.0 and -0.0 group together)."""
+    return bool(
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_integer(kind)
+        or pa.types.is_date(kind)
+        or pa.types.is_timestamp(kind)
+        or pa.types.is_boolean(kind)
+    )
 
 
 def _group_codes(values: list[pa.Array]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
@@ -140,7 +189,4 @@ def _group_codes(values: list[pa.Array]) -> tuple[np.ndarray, list[tuple[Any, ..
 
 
 def _py(scalar: pa.Scalar) -> Any:
-    value = scalar.as_py()
-    if isinstance(value, float) and math.isnan(value):
-        return math.nan  # one canonical NaN object, so NaN partitions compare equal as keys
-    return value
+    return canonical_value(scalar.as_py())
