@@ -2,13 +2,13 @@
 
 A query routed over several indexed tables (see :mod:`.routing`) probes a few IVF clusters of
 each; a Lance search of a table costs about a millisecond whatever the size of the clusters it
-probes. Once a table version has been routed to twice in a process, its vectors are kept in
-memory as float16, grouped by the centroid of its index each is nearest to; they are built in
-the background (one table at a time), so no query waits for them. A routed query then measures
-the rows of the clusters it probes with one matrix product per table. These distances are
-approximate (float16 rounding, closer than an index's quantized ones) and are re-ranked exactly
-as Lance's are: the best ``k * refine_factor`` rows of all tables are measured from the
-table's stored vectors (see :meth:`.query._Query.refined`).
+probes. From the second query routed over the same set of tables in a process, their vectors
+are kept in memory as bfloat16, grouped by the centroid of each table's index that each is
+nearest to; they are built in the background (one table at a time), so no query waits for
+them. A routed query then measures the rows of the clusters it probes here, in one pass over
+all of them. These distances are approximate; each has bounds (the bfloat16 and float32
+rounding), and only the rows those bounds leave a chance of being among the k nearest are
+read and measured exactly (see :meth:`.query._Query.measured`).
 
 Kept within the vector share of ``DLP_SEARCH_CACHE_MB``, beside the small tables' vectors."""
 
@@ -34,7 +34,7 @@ ASSIGN_ROWS = 1 << 15
 @dataclass(frozen=True)
 class Clustered:
     """One table version's non-null vectors (bfloat16) grouped by IVF cluster: cluster ``c``
-    holds rows ``offsets[c]:offsets[c + 1]``; their row ids and squared norms (of the float16
+    holds rows ``offsets[c]:offsets[c + 1]``; their row ids and squared norms (of the bfloat16
     values)."""
 
     matrix: np.ndarray
@@ -232,7 +232,7 @@ def _build_kept(todo: Sequence[tuple[Hashable, Routed]], column: str, metric: st
             with _one_build:
                 if _cached_vectors.get(key) is None:
                     _cached_vectors.put(key, build(ds, column, centroids, metric))
-        except Exception:
+        except Exception:  # a table not kept is searched by Lance, as before
             pass
         finally:
             with _lock:

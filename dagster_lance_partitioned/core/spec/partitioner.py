@@ -25,6 +25,7 @@ class SpecEvaluator:
         names = {arrow_json.field_id(f): f.name for f in schema}
         self._sources: list[list[str | None]] = []
         self._compiled: list[CompiledExpression] = []
+        self._constant: dict[str, pa.DataType] = {}  # column -> its type in the schema
         for f in spec.fields:
             types = source_types(f, schema)
             self._sources.append([names.get(i) for i in f.source_ids])
@@ -32,16 +33,17 @@ class SpecEvaluator:
             # raises ResultTypeMismatchError early when the declared type cannot hold the values
             coerce_result(pa.array([], compiled.output_type), f.result_type, f.field_id)
             self._compiled.append(compiled)
-        # source columns of identity fields: one value per partition, filled instead of gathered
-        self._constant = {
-            srcs[0]
-            for f, srcs in zip(spec.fields, self._sources, strict=True)
-            if len(srcs) == 1
-            and srcs[0] is not None
-            and constant_safe(schema.field(srcs[0]).type)
-            and f.result_type == schema.field(srcs[0]).type  # (no cast merges values)
-            and f.transform_for(source_types(f, schema)).is_identity
-        }
+            # the source column of an identity field holds one value per partition: filled
+            # instead of gathered (when no cast of its values could merge distinct ones)
+            source = self._sources[-1]
+            if (
+                len(types) == 1
+                and source[0] is not None
+                and constant_safe(types[0])
+                and f.result_type == types[0]
+                and f.transform_for(types).is_identity
+            ):
+                self._constant[source[0]] = types[0]
 
     def field_values(
         self,
@@ -84,11 +86,7 @@ class SpecEvaluator:
         order = np.argsort(codes.astype(small), kind="stable")
         counts = np.bincount(codes, minlength=len(keys))
         constant = tuple(
-            i
-            for i, f in enumerate(batch.schema)
-            if f.name in self._constant
-            and self.schema.get_field_index(f.name) >= 0
-            and f.type == self.schema.field(f.name).type
+            i for i, f in enumerate(batch.schema) if self._constant.get(f.name) == f.type
         )
         start = 0
         for g, count in enumerate(counts.tolist()):
@@ -129,22 +127,15 @@ class Rows:
             return self.batch.take(picked)
         first = int(self.indices[0])
         columns = [
-            _filled(col, len(self.indices), first) if i in self.constant else col.take(picked)
+            pa.repeat(col[first], len(self.indices)) if i in self.constant else col.take(picked)
             for i, col in enumerate(self.batch.columns)
         ]
         return pa.RecordBatch.from_arrays(columns, schema=self.batch.schema)
 
 
-def _filled(column: pa.Array, rows: int, at: int) -> pa.Array:
-    """``rows`` copies of ``column[at]``."""
-    value = column[at]
-    empty = pa.nulls(rows, column.type)
-    return empty if not value.is_valid else empty.fill_null(value)
-
-
 def constant_safe(kind: pa.DataType) -> bool:
     """Whether rows grouped as equal by a value of ``kind`` hold identical bytes (strings,
-    integers, dates, times, booleans: not floats, whose 0.0 and -0.0 group together)."""
+    integers, dates, timestamps, booleans: not floats, whose 0.0 and -0.0 group together)."""
     return bool(
         pa.types.is_string(kind)
         or pa.types.is_large_string(kind)

@@ -23,15 +23,15 @@ from .. import storage
 MAX_AHEAD_ROWS = 1024 * 1024
 DATA_DIR = "data"
 
-_templates: dict[tuple[bytes, str | None], DataFile] = {}
+_templates: dict[bytes, DataFile] = {}
 _lock = threading.Lock()
 
 
-def _template(rows: pa.Table, layout: pa.Schema, version: str | None) -> DataFile:
-    """How Lance describes a data file of ``layout`` at ``version`` (None: Lance's default):
-    the field ids of its columns and their indexes, and the file version; from one row written
-    to memory, once per process and layout."""
-    key = (layout.serialize().to_pybytes(), version)
+def _template(rows: pa.Table, layout: pa.Schema) -> DataFile:
+    """How Lance describes a data file of ``layout`` at its default storage version (the one
+    this package creates tables with): the field ids of its columns and their indexes, and the
+    file version; from one row written to memory, once per process and layout."""
+    key = layout.serialize().to_pybytes()
     with _lock:
         known = _templates.get(key)
     if known is None:
@@ -40,7 +40,6 @@ def _template(rows: pa.Table, layout: pa.Schema, version: str | None) -> DataFil
             f"memory://dlp-layout-{uuid.uuid4().hex}",
             schema=layout,
             mode="create",
-            data_storage_version=version,
         )
         known = fragments[0].files[0]
         with _lock:
@@ -82,16 +81,12 @@ class AheadFile:
 
 
 def prepare(
-    table_uri: str,
-    rows: pa.Table,
-    layout: pa.Schema,
-    version: str | None,
-    storage_options: dict[str, str] | None,
+    table_uri: str, rows: pa.Table, layout: pa.Schema, storage_options: dict[str, str] | None
 ) -> AheadFile:
     """The file that will hold ``rows`` (shaped ``layout``, at least one, at most
     :data:`MAX_AHEAD_ROWS`) as a new data file of the table at ``table_uri``, written without
     reading the table; nothing is sent yet (a file prepared and never written leaves nothing)."""
-    template = _template(rows, layout, version)
+    template = _template(rows, layout)
     name = f"{uuid.uuid4().hex}.lance"
     writer = LanceFileWriter(
         storage.join(table_uri, f"{DATA_DIR}/{name}"),
@@ -105,9 +100,3 @@ def prepare(
 def written_paths(fragments: list[FragmentMetadata]) -> list[str]:
     """The data files of ``fragments``, relative to their table's directory."""
     return [f"{DATA_DIR}/{f.path}" for frag in fragments for f in frag.files]
-
-
-def clear() -> None:
-    """Forget the data file descriptions learnt (tests)."""
-    with _lock:
-        _templates.clear()

@@ -113,7 +113,7 @@ class TableWriter:
         pending.layout = None if replace else layout
         pending.ahead = rows
         return ahead.prepare(
-            self._entry_uri(pending.existing), rows, layout, None, self.store.storage_options
+            self._entry_uri(pending.existing), rows, layout, self.store.storage_options
         )
 
     def write_ahead(self, pending: PendingPartition, file: ahead.AheadFile) -> None:
