@@ -80,6 +80,18 @@ class ManifestError(PartitionedNamespaceError):
     """``__manifest`` is malformed (missing column, duplicate object id, ...)."""
 
 
+class TableLocationError(ManifestError):
+    """A manifest table row whose location lies inside the root but is not a partition table
+    of this namespace: ``__manifest`` (or inside it), inside or at a namespace nested below
+    the root, or the table of another row (or inside it). Names the row (``object_id``) and
+    its ``location``; nothing was read, written or deleted through it."""
+
+    def __init__(self, message: str, object_id: str | None = None, location: str | None = None):
+        super().__init__(message)
+        self.object_id = object_id
+        self.location = location
+
+
 class WriteError(PartitionedNamespaceError):
     """A write was refused before anything became visible."""
 

@@ -24,6 +24,7 @@ from .errors import (
     PartitionedNamespaceError,
     PathEscapeError,
     StorageError,
+    TableLocationError,
     clean_message,
     storage_error,
 )
@@ -32,6 +33,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 DETACHED_BIT = 1 << 63  # Lance marks detached versions with the top bit
+MANIFEST_DIR = "__manifest"  # a namespace root's catalog table (and what marks a root)
 
 
 def is_uri(path: str) -> bool:
@@ -91,32 +93,78 @@ def check_location(location: object, object_id: str | None = None, what: str = "
 
 
 def table_uri(root: str, location: str, object_id: str | None = None) -> str:
-    """The URI of the partition table at manifest ``location`` (strictly inside ``root``; on a
-    local root, with no symbolic link on the way, see :func:`check_no_links`)."""
-    check_location(location, object_id)
-    check_no_links(root, location, object_id)
+    """The URI of the partition table at manifest ``location`` (strictly inside ``root`` and
+    not ``__manifest``, see :func:`check_table_location`; on a local root, a real directory
+    of this namespace, see :func:`check_table_dir`)."""
+    check_table_location(location, object_id)
+    check_table_dir(root, location, object_id)
     return join(root, location)
 
 
-def check_no_links(root: str, location: str, object_id: str | None = None) -> None:
-    """On a local root (a path or ``file://``): refuse with :class:`PathEscapeError` a table
-    directory ``location`` that is, or is reached through, a symbolic link, or that directly
-    holds one (its ``data``, ``_versions``, ``_deletions``, ``_indices``, ... as links).
+def check_table_location(location: object, object_id: str | None = None) -> str:
+    """``location`` itself when, as text, it can be a partition table of the namespace: a path
+    strictly inside the root (else :class:`PathEscapeError`, see :func:`check_location`) that
+    is not ``__manifest`` and does not lie inside one (else :class:`TableLocationError`)."""
+    check_location(location, object_id)
+    assert isinstance(location, str)
+    if MANIFEST_DIR in location.split("/"):
+        raise manifest_location_error(object_id, location)
+    return location
+
+
+def manifest_location_error(object_id: str | None, location: str) -> TableLocationError:
+    """The :class:`TableLocationError` of a table row whose location is, or lies inside, a
+    ``__manifest`` directory."""
+    owner = f"{object_id}: " if object_id else ""
+    return TableLocationError(
+        f"{owner}location {location!r} is (or lies inside) a {MANIFEST_DIR} directory, not a "
+        "partition table; the manifest was changed outside this package. Refusing to read, "
+        "write or delete through it",
+        object_id,
+        location,
+    )
+
+
+def nested_namespace_error(
+    object_id: str | None, location: str, nested: str, at_root: bool
+) -> TableLocationError:
+    """The :class:`TableLocationError` of a table row whose location is the root of, or lies
+    inside, the namespace nested at ``nested`` (relative to the root)."""
+    owner = f"{object_id}: " if object_id else ""
+    how = "is the root of" if at_root else "lies inside"
+    return TableLocationError(
+        f"{owner}location {location!r} {how} the namespace nested at {nested!r} (it holds a "
+        f"{MANIFEST_DIR}); a partition table never lies in another namespace. Refusing to "
+        "read, write or delete through it",
+        object_id,
+        location,
+    )
+
+
+def check_table_dir(root: str, location: str, object_id: str | None = None) -> None:
+    """On a local root (a path or ``file://``): refuse a table directory ``location`` that is,
+    is reached through, or directly holds a symbolic link (its ``data``, ``_versions``,
+    ``_deletions``, ``_indices``, ... as links: :class:`PathEscapeError`), or that is the root
+    of, or lies inside, a namespace nested below the root (a ``__manifest`` in it or in a
+    directory on the way: :class:`TableLocationError`).
 
     Locations are checked as text by :func:`check_location`; a link would still lead the
     table's reads, writes and deletions wherever it points. Links below the root are refused
     wherever they point, inside the root too: a table directory is a real directory below the
     root, never an alias of another place (whose versions cleanup would judge by the wrong
     manifest rows). Links above the root (the root itself reached through one) are not looked
-    at. Cheap: one ``lstat`` per location segment and one listing of the table directory;
-    nothing there yet (a table about to be created) passes. Links deeper inside a table are
-    met by the listings maintenance walks (:func:`list_tree`). Object stores have no links:
-    nothing is checked."""
+    at. Cheap: one ``lstat`` per location segment (two for the directories on the way of a
+    location of several segments) and one listing of the table directory; nothing there yet
+    (a table about to be created) passes. Links deeper inside a table are met by the listings
+    maintenance walks (:func:`list_tree`) and by the checks of the files a read or write
+    touches. Object stores have no links: nothing is checked (see :func:`check_not_nested`
+    for their nested namespaces)."""
     base = local_path(root)
     if base is None:
         return
     path = base
-    for part in location.split("/"):
+    parts = location.split("/")
+    for depth, part in enumerate(parts, 1):
         path = os.path.join(path, part)
         try:
             mode = os.lstat(path).st_mode
@@ -124,13 +172,44 @@ def check_no_links(root: str, location: str, object_id: str | None = None) -> No
             return  # not there (yet): nothing below can be a link
         if stat.S_ISLNK(mode):
             raise link_error(root, location, object_id, path)
+        if depth < len(parts) and os.path.lexists(os.path.join(path, MANIFEST_DIR)):
+            nested = "/".join(parts[:depth])
+            raise nested_namespace_error(object_id, location, nested, at_root=False)
     try:
         with os.scandir(path) as entries:
-            linked = sorted(e.name for e in entries if e.is_symlink())
+            found = [(e.name, e.is_symlink()) for e in entries]
     except OSError:
         return  # not a directory: opening it as a table fails on its own
+    linked = sorted(name for name, is_link in found if is_link)
     if linked:
         raise link_error(root, location, object_id, os.path.join(path, linked[0]))
+    if any(name == MANIFEST_DIR for name, _ in found):
+        raise nested_namespace_error(object_id, location, location, at_root=True)
+
+
+def check_not_nested(
+    root: str, owners: Mapping[str, str | None], storage_options: dict[str, str] | None = None
+) -> None:
+    """On an object store: refuse (:class:`TableLocationError`) a table location (``owners``:
+    location -> the object id of its row) of several segments below which, on the way from
+    the root, a directory holds a ``__manifest`` (a namespace nested below the root); one
+    delimited listing per such directory. Local roots are checked by
+    :func:`check_table_dir`; single-segment locations have no directory on the way."""
+    if local_path(root) is not None:
+        return
+    by_prefix: dict[str, str] = {}
+    for location in owners:
+        parts = location.split("/")
+        for depth in range(1, len(parts)):
+            by_prefix.setdefault("/".join(parts[:depth]), location)
+    if not by_prefix:
+        return
+    prefixes = sorted(by_prefix)
+    found = _parallel(lambda p: MANIFEST_DIR in list_dirs(join(root, p), storage_options), prefixes)
+    for prefix, nested in zip(prefixes, found, strict=True):
+        if nested:
+            location = by_prefix[prefix]
+            raise nested_namespace_error(owners[location], location, prefix, at_root=False)
 
 
 def link_error(root: str, location: str, object_id: str | None, link: str) -> PathEscapeError:
@@ -153,8 +232,9 @@ def link_error(root: str, location: str, object_id: str | None, link: str) -> Pa
 
 def check_table_refs(object_id: str, location: object, branch: str | None, tag: str | None) -> None:
     """Refuse a manifest table row whose location, ``read_branch`` or ``read_tag`` could lead
-    outside the namespace root (:class:`PathEscapeError`)."""
-    check_location(location, object_id)
+    outside the namespace root (:class:`PathEscapeError`), or whose location is ``__manifest``
+    or lies inside one (:class:`TableLocationError`)."""
+    check_table_location(location, object_id)
     check_ref_name(branch, object_id, "read_branch")
     check_ref_name(tag, object_id, "read_tag")
 
@@ -771,40 +851,74 @@ def _delete_keys(loc: ObjectLocation, uri: str, keys: list[str]) -> None:
     _parallel(batch, [keys[i : i + _DELETE_BATCH] for i in range(0, len(keys), _DELETE_BATCH)])
 
 
+_DIR_FLAGS = (
+    os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+)
+
+
 def _delete_local_files(base: str, paths: Iterable[str]) -> int:
-    clean: set[str] = set()  # directories below base known to be no links
+    """Delete ``paths`` below the local directory ``base`` without ever following a link, at
+    the moment of deletion: ``base`` and every directory below it are opened without
+    following links (``O_NOFOLLOW``, each relative to the descriptor of its parent), and each
+    file is unlinked relative to its directory's descriptor, so a directory swapped for a
+    link at any time cannot lead a deletion elsewhere."""
 
-    def check(rel: str, upto: str) -> None:
-        if upto in clean:
-            return
-        parent, _, _ = upto.rpartition("/")
-        if parent:
-            check(rel, parent)
-        if os.path.islink(os.path.join(base, upto)):
-            raise PathEscapeError(
-                f"{base}: {upto!r} is a symbolic link; refusing to delete {rel!r} through it",
-                None,
-                rel,
-            )
-        clean.add(upto)
-
-    if os.path.islink(base):
-        raise PathEscapeError(
-            f"{base} is a symbolic link; refusing to delete files through it", None, base
+    def refuse(rel: str, what: str) -> PathEscapeError:
+        return PathEscapeError(
+            f"{base}: {what!r} is a symbolic link; refusing to delete {rel!r} through it",
+            None,
+            rel,
         )
+
+    try:
+        base_fd = os.open(base, _DIR_FLAGS)
+    except FileNotFoundError:
+        return 0
+    except OSError:
+        if os.path.islink(base):
+            raise PathEscapeError(
+                f"{base} is a symbolic link; refusing to delete files through it", None, base
+            ) from None
+        raise
+    fds: dict[str, int | None] = {"": base_fd}
+
+    def directory(rel: str, upto: str) -> int | None:
+        if upto in fds:
+            return fds[upto]
+        parent, _, name = upto.rpartition("/")
+        parent_fd = directory(rel, parent)
+        fd = None
+        if parent_fd is not None:
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+            except FileNotFoundError:
+                fd = None
+            except OSError:
+                if stat.S_ISLNK(os.lstat(name, dir_fd=parent_fd).st_mode):
+                    raise refuse(rel, upto) from None
+                raise
+        fds[upto] = fd
+        return fd
+
     removed = 0
-    for rel in paths:
-        problem = location_problem(rel)
-        if problem is not None:
-            raise PathEscapeError(f"{base}: refusing to delete {rel!r} ({problem})", None, rel)
-        parent = rel.rpartition("/")[0]
-        if parent:
-            check(rel, parent)
-        try:
-            os.unlink(os.path.join(base, rel))
-        except FileNotFoundError:
-            continue
-        removed += 1
+    try:
+        for rel in paths:
+            problem = location_problem(rel)
+            if problem is not None:
+                raise PathEscapeError(f"{base}: refusing to delete {rel!r} ({problem})", None, rel)
+            parent, _, name = rel.rpartition("/")
+            fd = directory(rel, parent)
+            if fd is None:
+                continue
+            try:
+                os.unlink(name, dir_fd=fd)  # a link is removed itself, never its target
+            except FileNotFoundError:
+                continue
+            removed += 1
+    finally:
+        for fd in fds.values():
+            if fd is not None:
+                os.close(fd)
     return removed
 
 

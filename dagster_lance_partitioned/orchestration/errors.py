@@ -23,6 +23,16 @@ class InvalidAssetKeyError(PartitionedNamespaceError):
         self.part = part
 
 
+class NestedAssetError(InvalidAssetKeyError):
+    """The namespace of ``asset_key`` would lie inside the namespace of another asset
+    (``other``), or another asset's inside it: asset keys ``a`` and ``a/b/c`` under one IO
+    manager root. Refused when the second namespace would be created; nothing was written."""
+
+    def __init__(self, message: str, asset_key: str, other: str) -> None:
+        super().__init__(message, asset_key, "")
+        self.other = other
+
+
 class MissingUpstreamPartitionsError(PartitionedNamespaceError):
     """A load maps to upstream partitions that were never materialized (no Dagster
     materialization and no partition in the namespace). ``asset_key`` is the upstream asset,

@@ -102,7 +102,7 @@ from .output import (
     OutputValue,
     check_merge_columns,
 )
-from .resource import LancePartitionedResource, namespace_uri
+from .resource import LancePartitionedResource, check_not_nested, namespace_uri
 
 UPDATE_MODES = ("update", "error")
 OPEN_ATTEMPTS = 5  # opens of a namespace that another run is creating at that instant
@@ -270,6 +270,8 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         def create() -> PartitionedNamespace:
             fields = self._fields(out.asset, value.schema, out.layout, out.metadata)
             value.check_rows(out)
+            key = dg.AssetKey.from_user_string(out.asset)
+            check_not_nested(self.root, key, self.storage_options)
             # of runs creating it at once one wins; the others get the winner's namespace,
             # whose schema may lack some of this output's columns: evolve it like any other.
             # Dictionary (categorical) columns are stored as their values.

@@ -23,11 +23,12 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
+from ..core import storage
 from ..core.errors import NamespaceNotFoundError
 from ..core.namespace import PartitionedNamespace
 from ..core.read.filters import FilterLike
 from ..core.search.catalog import IndexCoverage
-from .errors import InvalidAssetKeyError, StorageRootError
+from .errors import InvalidAssetKeyError, NestedAssetError, StorageRootError
 
 # an asset key part usable as one directory name: letters, digits, '_' and '-', with '.' only
 # between them (so never '.', '..', a hidden name or a trailing dot)
@@ -126,6 +127,42 @@ def namespace_uri(root: str, asset_key: dg.AssetKey) -> str:
     return "/".join([root, *asset_key.path])
 
 
+def check_not_nested(
+    root: str, asset_key: dg.AssetKey, storage_options: dict[str, str] | None = None
+) -> None:
+    """Raise :class:`NestedAssetError` when the namespace of ``asset_key`` would lie inside the
+    namespace of another asset under ``root`` (a ``__manifest`` at a shorter key), or another
+    one inside it (a ``__manifest`` below its directory): keys ``a`` and ``a/b/c``. Checked
+    before an asset's namespace is created: one look per shorter key and one listing below."""
+    parts = list(asset_key.path)
+    shown = asset_key.to_user_string()
+    for depth in range(1, len(parts)):
+        outer = dg.AssetKey(parts[:depth])
+        manifest = storage.join(namespace_uri(root, outer), storage.MANIFEST_DIR)
+        if storage.manifest_exists(manifest, storage_options):
+            raise _nested(shown, outer.to_user_string(), inner=shown)
+    uri = namespace_uri(root, asset_key)
+    for f in storage.list_files(uri, storage_options):
+        segments = f.path.split("/")
+        if storage.MANIFEST_DIR in segments[1:]:
+            below = segments[: segments.index(storage.MANIFEST_DIR, 1)]
+            inner = dg.AssetKey([*parts, *below]).to_user_string()
+            raise _nested(shown, inner, inner=inner)
+
+
+def _nested(asset: str, other: str, inner: str) -> NestedAssetError:
+    outer = other if inner == asset else asset
+    return NestedAssetError(
+        f"asset {asset!r}: its namespace would nest {'inside' if inner == asset else 'around'} "
+        f"the namespace of asset {other!r} (asset keys {outer!r} and {inner!r} are directories "
+        "one inside the other under the IO manager root). Each asset needs a directory of its "
+        "own: rename one key (e.g. give the shorter one a last part of its own, such as "
+        f"'{outer}/all'), or store one under another root. Nothing was written.",
+        asset,
+        other,
+    )
+
+
 def check_asset_key(asset_key: dg.AssetKey) -> None:
     """Raise :class:`InvalidAssetKeyError` unless every part of ``asset_key`` is a safe
     directory name (see :func:`namespace_uri`)."""
@@ -133,6 +170,14 @@ def check_asset_key(asset_key: dg.AssetKey) -> None:
     if not asset_key.path:
         raise InvalidAssetKeyError(f"asset key {shown} has no parts", shown, "")
     for part in asset_key.path:
+        if part == storage.MANIFEST_DIR:
+            raise InvalidAssetKeyError(
+                f"asset key {shown}: part {part!r} is the name of a namespace's catalog table "
+                "and cannot be a directory under the IO manager root. Nothing was read or "
+                "written.",
+                shown,
+                part,
+            )
         if isinstance(part, str) and _SAFE_KEY_PART.fullmatch(part):
             continue
         text = str(part)

@@ -416,7 +416,7 @@ def test_rows_committed_under_draft_specs_after_the_switch_are_repaired(draft_ro
         :2
     ]
     oid = "$".join([*year_ns, "zzzzzzzzzzzzzzzz", "dataset"])
-    location = ns.inspect.partitions()[-1]["location"]
+    location = "0000abcd_" + oid  # a directory of its own (the repair only fills values)
 
     def plan(_snap: ManifestSnapshot) -> ManifestEdit:
         row = {"object_type": "table", "location": location, "metadata": "{}"}

@@ -378,9 +378,12 @@ def test_rows_in_the_wrong_partition(ns):
 
 
 def test_table_written_for_another_partition(ns):
-    """A whole table registered under the wrong values (e.g. a mis-registered import)."""
+    """A whole table registered under the wrong values (e.g. a mis-registered import): FR's
+    row points at a copy of US's table (two rows never share one directory)."""
     us, fr = part(ns, "US"), part(ns, "FR")
-    repin(ns, fr["object_id"], location=us["location"], read_version=us["read_version"])
+    copy = "0badc0de_v1$copyofuscopyofus$dataset"
+    shutil.copytree(table_uri(ns, us), os.path.join(ns.uri, copy))
+    repin(ns, fr["object_id"], location=copy, read_version=us["read_version"])
     issues = health.check_integrity(ns)
     rows = lance.dataset(table_uri(ns, us), version=us["read_version"]).count_rows()
     assert issues == [

@@ -311,3 +311,132 @@ def test_table_uri_checks_links_only_on_local_roots(tmp_path: Path) -> None:
         storage.table_uri(root.as_uri(), "t", "v1$t$dataset")
     assert storage.table_uri(str(root), "new", "x") == str(root / "new")  # not there yet
     assert storage.table_uri("s3://bucket/root", "t", "x") == "s3://bucket/root/t"
+
+
+# -- links at any depth, met at the moment of use ------------------------------------------------
+def link_a_data_file(ns: PartitionedNamespace, outside: Path) -> tuple[str, str, Path]:
+    """Replace one data file of the US table's pinned version by a link to a copy of it
+    outside the root (the rows are the same: only the link is wrong). Its object id,
+    location and the link."""
+    p = us(ns)
+    table = Path(ns.uri) / p["location"]
+    ds = lance.dataset(str(table), version=p["read_version"])
+    name = ds.get_fragments()[0].metadata.files[0].path
+    outside.mkdir(parents=True, exist_ok=True)
+    shutil.copy(table / "data" / name, outside / name)
+    (table / "data" / name).unlink()
+    (table / "data" / name).symlink_to(outside / name)
+    return p["object_id"], p["location"], table / "data" / name
+
+
+def test_a_data_file_linked_outside_is_never_read(ns, tmp_path: Path) -> None:
+    """Reads, counts, compaction, row changes, index builds and the integrity check meet the
+    link when they are about to read the table, warm handles included, and read nothing."""
+    rows = sorted_rows(ns.to_table())  # the table is opened (and kept) before the link
+    oid, location, link = link_a_data_file(ns, tmp_path / "outside")
+    before = fingerprint(ns.uri)
+    for name, run in {
+        "to_table": ns.to_table,
+        "filtered": lambda: ns.to_table("value > 0"),
+        "count_rows": lambda: ns.count_rows("value > 0"),
+        "scan": lambda: ns.scan().read_all(),
+        "compact": ns.maintenance.compact,
+        "update": lambda: ns.update("country = 'US'", {"value": "value + 1"}),
+        "merge": lambda: ns.merge_insert(sample_table(3, start=0), on="id"),
+        "create_index": lambda: ns.create_index("value", "BTREE"),
+        "integrity": lambda: PartitionedNamespace.open(ns.uri).inspect.check_read_versions(),
+    }.items():
+        if name == "integrity":
+            issues, _ = run()
+            assert [(i.object_id, i.problem) for i in issues] == [
+                (oid, "location through a symbolic link")
+            ]
+            continue
+        with pytest.raises(PathEscapeError) as info:
+            run()
+        assert_refused(info, oid, location)
+        assert str(link) in str(info.value) and "outside the namespace root" in str(info.value)
+        after = fingerprint(ns.uri)
+        assert after["manifest_version"] == before["manifest_version"], name
+    link.unlink()  # the real file back: everything reads as before
+    shutil.copy(tmp_path / "outside" / link.name, link)
+    assert sorted_rows(ns.to_table()) == rows
+
+
+def test_a_linked_deletion_file_or_index_directory_is_never_read(ns, tmp_path: Path) -> None:
+    ns.create_index("id", "BTREE")
+    ns.delete("id = 0")
+    p = us(ns)
+    table = Path(ns.uri) / p["location"]
+    ds = lance.dataset(str(table), version=p["read_version"])
+    deletions = [
+        f.metadata.deletion_file.path(f.metadata.id)
+        for f in ds.get_fragments()
+        if f.metadata.deletion_file is not None
+    ]
+    assert deletions
+    index = table / "_indices" / str(ds.describe_indices()[0].segments[0].uuid)
+    for target in (table / deletions[0], index):
+        moved = tmp_path / "outside" / target.name
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(target), str(moved))
+        target.symlink_to(moved, target_is_directory=moved.is_dir())
+        with pytest.raises(PathEscapeError) as info:
+            ns.to_table("id = 3")
+        assert str(target) in str(info.value)
+        target.unlink()
+        shutil.move(str(moved), str(target))
+    assert ns.count_rows("id = 3") == 1
+
+
+def test_a_table_swapped_for_a_link_during_a_write_is_never_registered(
+    ns, tmp_path: Path, before_commit
+) -> None:
+    """The table directory is swapped for a link after the write checked it, while it writes
+    (here: once its tables are written, before its manifest commit). The commit meets the
+    link and refuses: nothing of the write is visible."""
+    p = us(ns)
+    before = fingerprint(ns.uri)
+
+    def swap(_pending: object) -> None:
+        move_out(ns, tmp_path / "outside" / "us")
+
+    before_commit(ns, swap)
+    with pytest.raises(PathEscapeError) as info:
+        ns.write(sample_table(6, start=900))
+    assert p["location"] in str(info.value) and "link" in str(info.value)
+    after = fingerprint(ns.uri)
+    assert after["manifest_version"] == before["manifest_version"]
+    assert after["manifest_rows"] == before["manifest_rows"]
+
+
+def test_deleting_never_follows_a_directory_swapped_in_during_the_deletion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory of the files being deleted is swapped for a link to a place outside, in
+    the middle of a deletion: the remaining files are not deleted through it."""
+    outside = tmp_path / "outside"
+    (outside / "data").mkdir(parents=True)
+    base = tmp_path / "table"
+    (base / "data").mkdir(parents=True)
+    names = [f"f{i}.lance" for i in range(4)]
+    for name in names:
+        (base / "data" / name).write_bytes(b"ours")
+        (outside / "data" / name).write_bytes(b"theirs")
+    outside_before = tree(outside)
+    real_unlink = os.unlink
+    calls = []
+
+    def unlink_then_swap(path, *, dir_fd=None):
+        real_unlink(path, dir_fd=dir_fd)
+        calls.append(path)
+        if len(calls) == 1:  # after the first file: data/ becomes a link to outside/data
+            shutil.move(str(base / "data"), str(tmp_path / "moved"))
+            (base / "data").symlink_to(outside / "data", target_is_directory=True)
+
+    monkeypatch.setattr(os, "unlink", unlink_then_swap)
+    removed = storage.delete_files(str(base), [f"data/{n}" for n in names])
+    monkeypatch.undo()
+    assert tree(outside) == outside_before  # nothing outside deleted
+    assert removed == 4  # the directory opened first kept receiving the deletions
+    assert sorted(os.listdir(tmp_path / "moved")) == []

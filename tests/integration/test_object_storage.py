@@ -26,7 +26,12 @@ from helpers.s3 import (
 )
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.errors import PartitionedNamespaceError
+from dagster_lance_partitioned.core.errors import PartitionedNamespaceError, TableLocationError
+from dagster_lance_partitioned.core.manifest.store import (
+    ManifestEdit,
+    ManifestSnapshot,
+    ManifestStore,
+)
 from dagster_lance_partitioned.orchestration import LancePartitionedIOManager
 
 pytestmark = pytest.mark.object_store
@@ -160,6 +165,46 @@ def test_maintenance_lists_and_deletes_on_s3(s3: S3Lake, before_commit: CommitHo
     # pyarrow's S3 delete_dir leaves an empty "ns/" directory marker object behind
     left = {k.split("/")[1] for k in s3.keys("ns/")}
     assert left - {""} == registered | {"__manifest"}
+
+
+@pytest.mark.parametrize("nested", ["eu/data", "x/_versions", "0123abcd_x/c"])
+def test_maintenance_never_touches_a_namespace_nested_below_on_s3(s3: S3Lake, nested: str):
+    """Dagster asset keys ``sales`` and ``sales/eu/data`` (or names that look like a table's
+    insides or a table directory): maintenance of ``sales`` at zero bounds lists and deletes
+    nothing of the nested namespace, and a manifest row pointing into it is refused."""
+    outer = make_ns(s3, "sales")
+    inner = make_ns(s3, f"sales/{nested}")
+    for i in range(2):
+        outer.write(sample_table(12, start=100 * (i + 1)))
+        inner.write(sample_table(12, start=1000 + 100 * (i + 1)))
+    inner_keys = s3.keys(f"sales/{nested}/")
+    inner_rows = rows_at(s3, inner.uri)
+
+    assert outer.inspect.find_orphans() == []
+    assert outer.maintenance.vacuum(grace=dt.timedelta(0)).orphans_removed == ()
+    outer.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1)
+    outer.maintenance.vacuum(grace=dt.timedelta(0))
+    assert s3.keys(f"sales/{nested}/") == inner_keys
+    assert rows_at(s3, inner.uri) == inner_rows
+
+    # a row of the outer manifest naming one of the nested namespace's tables
+    table = inner.inspect.partitions()[0]["location"]
+    store = ManifestStore(outer.uri, s3.storage_options)
+    victim = outer.inspect.partitions()[0]["object_id"]
+    store.commit(
+        lambda ds: ManifestSnapshot(ds, outer.specs),
+        lambda snap: ManifestEdit(upserts={victim: {"location": f"{nested}/{table}"}}),
+    )
+    outer.refresh()
+    for run in (
+        outer.to_table,
+        lambda: outer.maintenance.cleanup(older_than=dt.timedelta(0), keep_manifest_versions=1),
+        lambda: outer.maintenance.vacuum(grace=dt.timedelta(0)),
+    ):
+        with pytest.raises(TableLocationError) as info:
+            run()
+        assert victim in str(info.value) and nested in str(info.value)
+    assert s3.keys(f"sales/{nested}/") == inner_keys
 
 
 # -- concurrent writer processes ---------------------------------------------------------------

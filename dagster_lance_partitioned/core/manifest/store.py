@@ -7,6 +7,7 @@ import contextlib
 import functools
 import os
 import random
+import re
 import secrets
 import string
 import threading
@@ -54,8 +55,9 @@ from .commit_summary import (
     creation_properties,
 )
 from .edit import ManifestEdit, build_transaction, upkeep
+from .locations import check_row_locations
 
-MANIFEST_DIR = "__manifest"
+MANIFEST_DIR = storage.MANIFEST_DIR
 PK_KEY = "lance-schema:unenforced-primary-key:position"
 WRITER_FLAG_KEY = "lance.namespace.manifest.writer_feature_flags"
 # Our bit of the writer feature flags: the high bit 1 << 62 (Lance assigns bits from the bottom;
@@ -126,6 +128,18 @@ def random_name() -> str:
 def table_location(object_id: str) -> str:
     """A new table directory name, ``<8 random lowercase hex>_<object_id>``."""
     return f"{secrets.token_hex(4)}_{object_id}"
+
+
+# The directory names this package gives partition tables: ``<8 lowercase hex>_<object id>``,
+# the object id ``v<spec id>$<name>$...$dataset`` (names ``a-z0-9``; no name for a spec without
+# partition fields). Nothing else under a root is the namespace's to delete.
+_TABLE_DIR_NAME = re.compile(r"[0-9a-f]{8}_v[0-9]+(?:\$[a-z0-9]+)*\$" + TABLE_NAME)
+
+
+def is_table_dir_name(name: str) -> bool:
+    """Whether ``name`` is a directory name this package gives the partition tables it creates
+    (see :func:`table_location`)."""
+    return _TABLE_DIR_NAME.fullmatch(name) is not None
 
 
 def partition_field_columns(specs: Iterable[PartitionSpec]) -> list[pa.Field]:
@@ -305,14 +319,14 @@ class ManifestSnapshot:
     @property
     def table(self) -> pa.Table:
         """Every row of this manifest version (read on first use; refused when an object id
-        occurs twice, see :meth:`check_unique`)."""
+        occurs twice, see :meth:`check_rows`)."""
         if self._table is None:
             with self.reading():
                 rows = self.dataset.to_table(with_row_address=True)
             # the addresses serve row-level commits (deletion vectors) without a re-read
             addresses = rows.column(ROW_ADDRESS)
             rows = rows.drop_columns([ROW_ADDRESS])
-            self._table = self.check_unique(rows)
+            self._table = self.check_rows(rows)
             self._addresses = addresses
             self._verified = self._shared.verified = True
             self._shared.row_count = int(rows.num_rows)
@@ -350,14 +364,22 @@ class ManifestSnapshot:
         return value
 
     @property
+    def storage_options(self) -> dict[str, str] | None:
+        """The storage options this version was opened with."""
+        options = _options(self.dataset)
+        return dict(options) if options else None
+
+    @property
     def root(self) -> str:
         """The namespace root this manifest belongs to."""
         return str(self.dataset.uri).rstrip("/").removesuffix(MANIFEST_DIR).rstrip("/")
 
-    def check_unique(self, rows: pa.Table) -> pa.Table:
-        """``rows`` (read from this manifest version) when no object id occurs in them twice;
-        else :class:`ManifestError` naming the ids (a row duplicated, or two rows sharing an
-        id, written around this package). One vectorised pass over ``object_id``."""
+    def check_rows(self, rows: pa.Table) -> pa.Table:
+        """``rows`` (read from this manifest version) when no object id occurs in them twice and
+        their table rows' locations are each a directory of its own (see
+        :func:`~.locations.check_row_locations`); else :class:`ManifestError` naming the rows
+        (a row duplicated, two rows sharing an id or a table, a row pointing at ``__manifest``:
+        written around this package). Vectorised passes over the columns."""
         if "object_id" not in rows.column_names:
             return rows
         repeated = duplicate_ids(rows.column("object_id"))
@@ -370,12 +392,14 @@ class ManifestSnapshot:
                 "outside this package. Nothing was read or written; restore an earlier manifest "
                 "version or remove the extra rows"
             )
+        check_row_locations(rows, f"{self.root}: __manifest version {self.version}")
         return rows
 
     def verify(self, latest: bool = False) -> ManifestSnapshot:
-        """This snapshot, after checking that no object id of its version occurs twice (see
-        :meth:`check_unique`): a small manifest is read whole (and kept for later lookups), a
-        large one only its ``object_id`` column.
+        """This snapshot, after checking that no object id of its version occurs twice and that
+        each table row has a directory of its own (see :meth:`check_rows`): a small manifest is
+        read whole (and kept for later lookups), a large one only its ``object_id``,
+        ``object_type`` and ``location`` columns.
 
         ``latest``: the version was just found to be the latest (so its files are all there):
         when this process has checked it already, a small one's rows are taken from memory
@@ -395,8 +419,8 @@ class ManifestSnapshot:
                 _ = self.table  # checked as it is read
         elif not reuse:
             with self.reading():
-                ids = self.dataset.to_table(columns=["object_id"])
-            self.check_unique(ids)
+                ids = self.dataset.to_table(columns=["object_id", "object_type", "location"])
+            self.check_rows(ids)
         self._verified = shared.verified = True
         return self
 
@@ -556,7 +580,7 @@ class ManifestSnapshot:
             rows = self.dataset.to_table(
                 columns=columns, filter=where, with_row_address=with_address
             )
-        return self.check_unique(rows)
+        return self.check_rows(rows)
 
     def rows_by_id(self, object_ids: Iterable[str], with_address: bool = False) -> pa.Table:
         """Every column of the rows with ``object_ids``."""
@@ -875,6 +899,8 @@ class ManifestStore:
             if edit is None:
                 return None, None
             retire.check(self, snap, edit.uses)
+            for use in edit.uses:  # written into a real directory of this namespace, still
+                storage.check_table_dir(self.root, use.location)
             props = {COMMIT_PROPERTY_PREFIX + k: v for k, v in edit.properties.items()}
             return edit, build_transaction(snap, edit, self.storage_options, props)
 

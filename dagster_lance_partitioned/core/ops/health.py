@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,22 +22,31 @@ import pyarrow.compute as pc
 
 from .. import storage
 from ..concurrency import parallel_map
-from ..errors import PathEscapeError, SchemaError
+from ..errors import PathEscapeError, SchemaError, TableLocationError
+from ..manifest.locations import check_row_locations
 from ..manifest.registration import Pin, pin_of
 from ..manifest.state import HasState, NamespaceState, state_of
-from ..manifest.store import MANIFEST_DIR, ManifestSnapshot, ManifestStore, TableEntry
+from ..manifest.store import (
+    MANIFEST_DIR,
+    ManifestSnapshot,
+    ManifestStore,
+    TableEntry,
+    is_table_dir_name,
+)
 from ..schema import arrow_json
 from ..schema.conform import column_ids, column_sources, conform_for_read
 from ..schema.namespace_schema import full_schema, is_widening
 from ..spec.partition_constants import fill_constants, identity_constants
 from ..spec.partition_spec import PartitionSpec
 from ..spec.partitioner import SpecEvaluator
+from ..table_files import VersionFiles, check_version_files, dataset_files
 
 VERSIONS_DIR = "_versions/"
 MANIFEST_SUFFIX = ".manifest"
 U64_MAX = (1 << 64) - 1
-TABLE_DIR = re.compile(r"^[0-9a-f]{8}_")  # how this package names partition-table directories
 _OPEN_ERRORS = (ValueError, OSError, RuntimeError, FileNotFoundError)
+# a table the checks of schemas and rows cannot read, reported by check_read_versions
+_UNREADABLE = (*_OPEN_ERRORS, PathEscapeError, TableLocationError)
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,7 +68,8 @@ class SchemaIssue:
 class VersionIssue:
     """A registered table whose pinned state cannot be read. ``problem`` is one of
     ``missing table``, ``read_version cleaned up``, ``branch does not resolve``,
-    ``tag does not resolve``; ``detail`` says what exactly was not found."""
+    ``tag does not resolve``, ``location outside the root``, ``location through a symbolic
+    link``, ``location in a nested namespace``; ``detail`` says what exactly is wrong."""
 
     object_id: str
     location: str
@@ -202,56 +211,19 @@ def list_table(
 
     On a local root a table that is, is reached through, or holds a symbolic link anywhere
     raises :class:`PathEscapeError` naming the location and the link, so maintenance never
-    reads or deletes through one; with ``links`` (orphans, deleted as a whole without
-    following a link) links are merely left out of the listing."""
+    reads or deletes through one, and a table holding a ``__manifest`` at any depth (a
+    namespace nested in it) raises :class:`TableLocationError`; with ``links`` (orphans,
+    deleted as a whole without following a link, and never when they hold a namespace) both
+    are merely left to the caller."""
     uri = storage.join(root, location) if links else storage.table_uri(root, location)
     found, linked = storage.list_tree(uri, storage_options)
     if linked and not links:
         where = f"{(storage.local_path(uri) or uri).rstrip('/')}/{linked[0]}"
         raise storage.link_error(root, location, None, where)
     files = {f.path: f for f in found}
+    if not links and holds_namespace(files):
+        raise storage.nested_namespace_error(None, location, location, at_root=True)
     return TableListing(location, uri, files, storage_options)
-
-
-@dataclass(frozen=True)
-class VersionFiles:
-    """Files one table version references, relative to the table directory."""
-
-    files: frozenset[str]  # data/..., _deletions/...
-    indices: frozenset[str]  # index uuids (files under _indices/<uuid>/)
-    transaction: str | None = None  # _transactions/<read_version>-<uuid>.txn
-
-    def covers(self, path: str) -> bool:
-        """Whether ``path`` (relative to the table directory) is one of these files."""
-        if path in self.files or path == self.transaction:
-            return True
-        parts = path.split("/")
-        return len(parts) > 2 and parts[0] == "_indices" and parts[1] in self.indices
-
-
-def dataset_files(ds: lance.LanceDataset) -> VersionFiles:
-    """The data, deletion and index files of the version ``ds`` is at (files stored under
-    other base paths are left out: they are not this table's to manage)."""
-    files: set[str] = set()
-    for fragment in ds.get_fragments():
-        meta = fragment.metadata
-        for data_file in meta.files:
-            if getattr(data_file, "base_id", None) is None:
-                files.add("data/" + data_file.path)
-        deletion = meta.deletion_file
-        if deletion is not None and getattr(deletion, "base_id", None) is None:
-            files.add(deletion.path(meta.id))
-        for overlay in getattr(meta, "overlays", None) or []:
-            overlay_file = getattr(overlay, "data_file", None)
-            if overlay_file is not None and getattr(overlay_file, "base_id", None) is None:
-                files.add("data/" + overlay_file.path)
-    indices: set[str] = set()
-    if ds.has_index:
-        for index in ds.describe_indices():
-            for segment in index.segments:
-                if getattr(segment, "base_id", None) is None:
-                    indices.add(str(segment.uuid))
-    return VersionFiles(frozenset(files), frozenset(indices))
 
 
 def version_files(
@@ -294,17 +266,42 @@ def history_versions(on_storage: Sequence[int], base: int, history: int | None) 
     return sorted({base, *newest, *(v for v in on_storage if v > base)})
 
 
-def table_pins(store: ManifestStore, version: int, strict: bool = True) -> dict[str, set[Pin]]:
-    """Table location -> pins of every table row of one manifest version (one read).
+@dataclass
+class Pins:
+    """Table location -> every pin of it, over some manifest versions, and for each location
+    the object id of a row naming it (for errors)."""
 
-    A location (or branch / tag) outside the root raises :class:`PathEscapeError` when
-    ``strict``, else the row is left out."""
+    by_location: dict[str, set[Pin]] = field(default_factory=dict)
+    owners: dict[str, str] = field(default_factory=dict)
+
+    def add(self, object_id: str, location: str, pin: Pin) -> None:
+        """Record one table row's pin."""
+        self.by_location.setdefault(location, set()).add(pin)
+        self.owners.setdefault(location, object_id)
+
+    def update(self, other: Pins) -> None:
+        """Take every pin of ``other``."""
+        for location, found in other.by_location.items():
+            self.by_location.setdefault(location, set()).update(found)
+        for location, oid in other.owners.items():
+            self.owners.setdefault(location, oid)
+
+
+def table_pins(store: ManifestStore, version: int, strict: bool = True) -> Pins:
+    """The pins of every table row of one manifest version (one read).
+
+    Rows whose locations are ``__manifest`` (or inside it), or share a directory with another
+    row, or lie inside another row's table, raise :class:`TableLocationError` (see
+    :func:`~.manifest.locations.check_row_locations`). A location (or branch / tag) outside
+    the root raises :class:`PathEscapeError` when ``strict``, else the row is left out."""
     ds = store.dataset(version)
     names = set(ds.schema.names)
     wanted = [c for c in ("location", "read_version", "read_branch", "read_tag") if c in names]
-    rows = ds.to_table(columns=["object_id", *wanted], filter="object_type = 'table'").to_pylist()
-    out: dict[str, set[Pin]] = {}
-    for row in rows:
+    columns = ["object_id", "object_type", *wanted]
+    table = ds.to_table(columns=columns, filter="object_type = 'table'")
+    check_row_locations(table, f"{store.root} (__manifest version {version})")
+    out = Pins()
+    for row in table.to_pylist():
         location = row.get("location")
         if location is None:
             continue
@@ -318,7 +315,7 @@ def table_pins(store: ManifestStore, version: int, strict: bool = True) -> dict[
             continue
         rv = row.get("read_version")
         pin = Pin(None if rv is None else int(rv), row.get("read_branch"), row.get("read_tag"))
-        out.setdefault(location, set()).add(pin)
+        out.add(row["object_id"], location, pin)
     return out
 
 
@@ -330,11 +327,12 @@ def referenced_pins(
 ) -> dict[str, set[Pin]]:
     """Table location -> every pin of it in the manifest ``versions`` (``known`` is a snapshot
     already in memory, used instead of reading its version again); see :func:`table_pins` for
-    ``strict``; when ``strict``, a location that is (or holds) a symbolic link on a local root
-    raises it too, see :func:`~.storage.check_no_links`)."""
+    ``strict``. When ``strict``, a location that is (or holds) a symbolic link on a local root,
+    or lies at or inside a namespace nested below the root, raises too (see
+    :func:`~.storage.check_table_dir` and :func:`~.storage.check_not_nested`)."""
     versions = list(versions)
     todo = [v for v in versions if known is None or v != known.version]
-    out: dict[str, set[Pin]] = {}
+    out = Pins()
     if known is not None and known.version in set(versions):
         for t in known.tables():
             try:
@@ -343,14 +341,14 @@ def referenced_pins(
                 if strict:
                     raise
                 continue
-            out.setdefault(t.location, set()).add(pin_of(t))
+            out.add(t.object_id, t.location, pin_of(t))
     for pins in parallel_map(lambda v: table_pins(store, v, strict), todo):
-        for location, found in pins.items():
-            out.setdefault(location, set()).update(found)
+        out.update(pins)
     if strict:  # once per location, before anything works through it
-        for location in sorted(out):
-            storage.check_no_links(store.root, location)
-    return out
+        for location, oid in sorted(out.owners.items()):
+            storage.check_table_dir(store.root, location, oid)
+        storage.check_not_nested(store.root, out.owners, store.storage_options)
+    return out.by_location
 
 
 def resolve_pins(
@@ -389,15 +387,19 @@ def table_tags(uri: str, storage_options: dict[str, str] | None = None) -> dict[
 def open_entry(
     root: str, entry: TableEntry, storage_options: dict[str, str] | None = None
 ) -> lance.LanceDataset:
-    """A registered table at the state its manifest row pins (raises when it cannot)."""
+    """A registered table at the state its manifest row pins, about to be read (raises when
+    it cannot, or when, on a local root, a file it reads is reached through a link)."""
     storage.check_table_refs(entry.object_id, entry.location, entry.read_branch, entry.read_tag)
     uri = storage.table_uri(root, entry.location, entry.object_id)
     if entry.read_branch is not None:
         ds = lance.dataset(uri, storage_options=storage_options)
-        return ds.checkout_version((entry.read_branch, entry.read_version))
-    if entry.read_version is not None:
-        return lance.dataset(uri, version=int(entry.read_version), storage_options=storage_options)
-    return lance.dataset(uri, version=entry.read_tag, storage_options=storage_options)
+        ds = ds.checkout_version((entry.read_branch, entry.read_version))
+    elif entry.read_version is not None:
+        ds = lance.dataset(uri, version=int(entry.read_version), storage_options=storage_options)
+    else:
+        ds = lance.dataset(uri, version=entry.read_tag, storage_options=storage_options)
+    check_version_files(root, entry.location, ds, entry.object_id)
+    return ds
 
 
 def _entries(ns: NamespaceState) -> list[tuple[TableEntry, PartitionSpec]]:
@@ -470,7 +472,7 @@ def check_schemas(ns: NamespaceState | HasState) -> list[SchemaIssue]:
         entry, spec = item
         try:
             ds = open_entry(ns.uri, entry, ns.storage_options)
-        except _OPEN_ERRORS:
+        except _UNREADABLE:
             return []
         return _schema_issues(entry, spec, ds.schema, schema, full)
 
@@ -487,7 +489,8 @@ def check_read_versions(
     """Whether every registered table can be read at its pinned state (problems:
     ``missing table``, ``read_version cleaned up`` -- its version manifest or some of its
     files are gone --, ``branch does not resolve``, ``tag does not resolve``, ``location
-    outside the root``, ``location through a symbolic link``), and which
+    outside the root``, ``location through a symbolic link``, ``location in a nested
+    namespace``), and which
     registered tables hold versions that no manifest version references and that are newer
     than every version one does (writes that never reached their manifest commit, commits
     made to the table directly). ``history``: the namespace's own manifest version, every
@@ -553,10 +556,13 @@ def check_read_versions(
             if entry.read_branch is None:
                 listing = list_table(ns.uri, entry.location, opts)
             else:
-                storage.check_no_links(ns.uri, entry.location, entry.object_id)
+                storage.check_table_dir(ns.uri, entry.location, entry.object_id)
         except PathEscapeError as e:
             link = "location through a symbolic link"
             return VersionIssue(entry.object_id, entry.location, values, link, str(e)), None
+        except TableLocationError as e:
+            nested = "location in a nested namespace"
+            return VersionIssue(entry.object_id, entry.location, values, nested, str(e)), None
         if listing is None:  # branch versions live under tree/: only resolved
             try:
                 open_entry(ns.uri, entry, opts)
@@ -636,30 +642,37 @@ def _first(e: BaseException) -> str:
 # Orphans
 
 
+def holds_namespace(paths: Iterable[str]) -> bool:
+    """Whether any of ``paths`` (files listed under a directory, relative to it) lies inside a
+    ``__manifest`` directory at any depth: a partitioned namespace (or another directory
+    catalog) lives there, which nothing of the namespace above may touch."""
+    return any(MANIFEST_DIR in p.split("/")[:-1] for p in paths)
+
+
 def orphan_candidates(
     root: str, referenced: Iterable[str], storage_options: dict[str, str] | None = None
 ) -> list[tuple[str, TableListing]]:
-    """Directories directly under ``root`` (but ``__manifest``) that no ``referenced`` location
-    lies in, and that look like partition tables (named ``<8 hex>_...`` or holding Lance
-    ``_versions/`` or ``data/``); with their listings. On a local root symbolic links are never
-    candidates (nor followed: an orphan's listing leaves out the links below it, which deleting
-    it removes as links)."""
+    """Directories directly under ``root`` that no ``referenced`` location lies in, whose names
+    this package gives partition tables (see :func:`~.manifest.store.is_table_dir_name`), and below
+    which no ``__manifest`` lives at any depth (a namespace nested under this one: Dagster
+    asset keys ``a`` and ``a/b/c``); with their listings. Anything else under the root is not
+    the namespace's to delete. On a local root symbolic links are never candidates (nor
+    followed: an orphan's listing leaves out the links below it, which deleting it removes as
+    links)."""
     used = set()
     for location in referenced:
         rel = storage.relative_to(root, location)
         if rel:
             used.add(rel.split("/", 1)[0])
-    names = [n for n in storage.list_dirs(root, storage_options) if n not in used]
-    names = [n for n in names if n != MANIFEST_DIR]
+    names = [
+        n
+        for n in storage.list_dirs(root, storage_options)
+        if n not in used and is_table_dir_name(n)
+    ]
 
     def one(name: str) -> tuple[str, TableListing] | None:
         listing = list_table(root, name, storage_options, links=True)
-        if any(p.startswith(MANIFEST_DIR + "/") for p in listing.files):
-            return None  # a namespace nested under this one (Dagster asset keys a / a.b)
-        looks = TABLE_DIR.match(name) or any(
-            p.startswith((VERSIONS_DIR, "data/")) for p in listing.files
-        )
-        return (name, listing) if looks else None
+        return None if holds_namespace(listing.files) else (name, listing)
 
     return [found for found in parallel_map(one, names) if found is not None]
 
@@ -669,7 +682,8 @@ def find_orphans(ns: NamespaceState | HasState, history: int | None = None) -> l
     version, nor of the ``history`` newest versions (None: every version still on storage),
     has as its location: tables of writes that never reached their manifest commit, and
     tables deregistered longer ago than the inspected history. Only directories directly under
-    the root are candidates."""
+    the root named as this package names table directories, with no ``__manifest`` below
+    them, are candidates (see :func:`orphan_candidates`)."""
     ns = state_of(ns)
     store = ns.store
     on_storage = manifest_versions(store)
@@ -796,7 +810,7 @@ def check_integrity(
         entry, spec = item
         try:
             ds = open_entry(ns.uri, entry, ns.storage_options)
-        except _OPEN_ERRORS:
+        except _UNREADABLE:
             return None
         wanted, evaluator = prepared[spec.spec_id]
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -41,10 +42,10 @@ from ..read.scan import count_matching, open_table
 from ..schema.namespace_schema import snapshot_schema
 from ..search.build import index_version
 from ..search.declaration import declarations
+from ..table_files import VersionFiles
 from .health import (
     ORPHAN_GRACE,
     TableListing,
-    VersionFiles,
     list_table,
     manifest_versions,
     orphans_among,
@@ -436,7 +437,15 @@ def cleanup(
 # --------------------------------------------------------------------------------------------
 # vacuum
 
-_MANAGED = ("data/", "_deletions/", "_indices/")
+# The files of a Lance table that vacuum may delete when no version references them: data
+# files (``data/<file>``), deletion files (``_deletions/<file>``) and index files
+# (``_indices/<uuid>/<file>``), exactly as deep as Lance writes them (a table holding a
+# ``__manifest`` at any depth is refused by its listing, see health.list_table).
+_MANAGED = re.compile(r"(?:data|_deletions)/[^/]+|_indices/[^/]+/[^/]+")
+
+
+def _managed(path: str) -> bool:
+    return _MANAGED.fullmatch(path) is not None
 
 
 def _plan_vacuum_table(ns: NamespaceState, location: str, cutoff: float) -> _TablePlan:
@@ -451,9 +460,7 @@ def _plan_vacuum_table(ns: NamespaceState, location: str, cutoff: float) -> _Tab
     if listing.has_branches:
         plan.skipped = True
         return plan
-    candidates = [
-        p for p, f in listing.files.items() if p.startswith(_MANAGED) and f.mtime < cutoff
-    ]
+    candidates = [p for p, f in listing.files.items() if _managed(p) and f.mtime < cutoff]
     if not candidates:
         return plan
     try:

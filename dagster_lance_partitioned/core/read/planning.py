@@ -14,6 +14,7 @@ from .. import storage
 from ..manifest.store import ManifestSnapshot, TableEntry
 from ..spec.partition_constants import identity_constants
 from ..spec.partition_spec import PartitionSpec
+from ..table_files import check_known_files
 from .filters import FilterLike, literal_value, parse, to_sql
 from .predicates import (
     CMP_OPS,
@@ -57,6 +58,12 @@ class ScanTask:
     # every row of the table satisfies the plan's filter (it only tests identity partition
     # columns, on values this partition holds): the table is read without it
     filter_implied: bool = False
+
+    @property
+    def root(self) -> str:
+        """The namespace root the table lies under."""
+        path, sep, query = self.uri.partition("?")
+        return path[: len(path) - len(self.location)].rstrip("/") + sep + query
 
 
 @dataclass(frozen=True)
@@ -163,7 +170,7 @@ def plan_scan(
     What depends only on the filter, the schema and the manifest version (the compiled
     filter, its projections, the manifest query, the tables it selects and their tasks) is
     computed once per process; the tables' directories are checked for links on every call
-    (see :func:`.storage.check_no_links`)."""
+    (see :func:`.storage.check_table_dir`)."""
     sql = to_sql(filter)
     shape = _shape(sql, schema, tuple(sorted(snapshot.specs.items())), snapshot.arrow_schema)
 
@@ -176,8 +183,18 @@ def plan_scan(
     made, tasks = snapshot.memo(("tasks", root, id(schema), sql), make)
     if made is not schema:
         made, tasks = make()
-    for task in tasks:
-        storage.check_no_links(root, task.location, task.object_id)
+    for task in tasks:  # at the moment of use, in this thread (see core/table_files.py)
+        storage.check_table_dir(root, task.location, task.object_id)
+        check_known_files(root, task.location, task.read_version, task.object_id)
+    if storage.local_path(root) is None and any("/" in t.location for t in tasks):
+        # on an object store, the directories on the way of a location of several segments
+        # (imports) hold no nested namespace: checked once per manifest version
+        snapshot.memo(
+            ("not nested", root, sql),
+            lambda: storage.check_not_nested(
+                root, {t.location: t.object_id for t in tasks}, snapshot.storage_options
+            ),
+        )
     return ScanPlan(
         tuple(tasks),
         sql,

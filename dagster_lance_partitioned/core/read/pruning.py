@@ -401,4 +401,4 @@ def scan_manifest(snapshot: ManifestSnapshot, where: str) -> list[TableEntry]:
         rows = snapshot.query_dataset.to_table(
             columns=[c for c in dict.fromkeys(columns) if c in present], filter=where
         )
-    return snapshot.entries(snapshot.check_unique(rows))
+    return snapshot.entries(snapshot.check_rows(rows))

@@ -34,6 +34,7 @@ from ..manifest.store import clear_version_cache
 from ..schema.arrow_json import strip_field_ids
 from ..schema.conform import column_sources, conform_for_read
 from ..spec.partition_constants import fill_constants
+from ..table_files import check_version_files
 from .filters import to_lance_sql
 from .planning import ScanPlan, ScanTask
 
@@ -64,11 +65,19 @@ def scan_concurrency(uri: str, requested: int | None = None) -> int:
 
 
 def open_table(task: ScanTask, storage_options: dict[str, str] | None) -> lance.LanceDataset:
-    """The partition table at the version its manifest row pins."""
+    """The partition table at the version its manifest row pins, about to be read: on a local
+    root, no file it reads is reached through a symbolic link (checked now, see
+    :func:`~.table_files.check_version_files`)."""
     options = tuple(sorted((storage_options or {}).items()))
-    if task.read_version is None and task.read_tag is None:
-        return _open(task.uri, None, None, None, options)  # latest of main: never cached
-    return _open_pinned(task.uri, task.read_version, task.read_branch, task.read_tag, options)
+    pinned = not (task.read_version is None and task.read_tag is None)
+    if pinned:
+        ds = _open_pinned(task.uri, task.read_version, task.read_branch, task.read_tag, options)
+    else:
+        ds = _open(task.uri, None, None, None, options)  # latest of main: never cached
+    # a version read before was checked when this read was planned (its files are known)
+    planned = task.read_version is not None and task.read_branch is None
+    check_version_files(task.root, task.location, ds, task.object_id, pinned=planned)
+    return ds
 
 
 # One Lance session (its caches of manifests and file metadata, bounded in bytes) for every
