@@ -470,7 +470,11 @@ class PartitionedNamespace:
         **params: Any,
     ) -> IndexCoverage:
         """Declare an index on ``column`` for the whole namespace and give every partition
-        table whose size calls for it that index, all registered in one manifest commit.
+        table whose size calls for it that index: two manifest commits, the declaration, then
+        every table's indexed version, all registered together. Interrupted between the two,
+        the index is declared and built nowhere yet: :meth:`indexes` shows it ``pending``
+        (searches stay exact), and the next ``maintenance.optimize_indexes()``, a write to a
+        partition (for that partition) or the same call again builds it.
 
         ``index_type``: vector ``IVF_PQ``, ``IVF_HNSW_SQ``, ``IVF_FLAT`` (``params`` such as
         ``metric``, ``num_partitions``, ``num_sub_vectors``; left out, they are derived from
@@ -487,7 +491,8 @@ class PartitionedNamespace:
     def indexes(self, filter: FilterLike = None) -> list[IndexCoverage]:
         """The declared indexes with their coverage over the partitions ``filter`` selects:
         partitions indexed / needing one / searched without one (below ``min_rows``) / total,
-        and the rows appended since an index was built (searched exhaustively)."""
+        and the rows appended since an index was built (searched exhaustively); ``status``
+        ``pending`` (with a ``hint``) while partitions needing it lack it."""
         from .search.catalog import coverages
 
         return coverages(self, filter)
