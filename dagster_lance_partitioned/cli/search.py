@@ -147,8 +147,9 @@ def register(add: AddCommand) -> None:
         _cmd_create_index,
         False,
         "declare an index for the whole namespace and build it on every partition table whose "
-        "size calls for it (registered in one manifest commit); later writes index what they "
-        "write",
+        "size calls for it (two manifest commits: the declaration, then every table's index; "
+        "interrupted between them, `indexes` shows the partitions pending); later writes index "
+        "what they write",
     )
     p.add_argument("column", metavar="COLUMN", help="the column to index")
     p.add_argument("index_type", metavar="TYPE", help=_INDEX_TYPES)
@@ -232,13 +233,13 @@ def _coverage_table(text: Text, coverages: list[IndexCoverage]) -> None:
 
 
 def _needing_lines(text: Text, out: TextIO, coverages: list[IndexCoverage]) -> None:
-    """The partitions lacking an index their size calls for, per index."""
+    """The partitions lacking an index their size calls for (pending), per index."""
     for c in coverages:
         if c.needing:
             out.write(
-                f"{c.name}: {plural(len(c.needing), 'partition')} "
-                f"{'needs' if len(c.needing) == 1 else 'need'} the index (run "
-                f"`{PROG} optimize-indexes`): " + text.cut(", ".join(c.needing)) + "\n"
+                f"{c.name}: pending, not built yet on {plural(len(c.needing), 'partition')} "
+                f"(searched exhaustively meanwhile; `{PROG} optimize-indexes`, or a write to "
+                "them, builds it): " + text.cut(", ".join(c.needing)) + "\n"
             )
 
 

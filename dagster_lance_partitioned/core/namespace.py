@@ -345,28 +345,32 @@ class PartitionedNamespace:
     # -- schema evolution (core/schema/evolution.py) ------------------------------------------
     @storage_boundary("adding columns")
     def add_columns(self, fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> int:
-        """Add nullable columns with new field ids; returns the manifest version."""
+        """Add nullable columns with new field ids (a column there alike already, same name,
+        type and nullability, is left as it is); returns the manifest version."""
         from .schema.evolution import add_columns
 
         return self._after(add_columns(self, fields))
 
     @storage_boundary("renaming a column")
     def rename_column(self, old: str, new: str) -> int:
-        """Rename a column (its field id is kept); returns the manifest version."""
+        """Rename a column (its field id is kept; nothing when ``old`` is gone and ``new`` is
+        the column renamed from it); returns the manifest version."""
         from .schema.evolution import rename_column
 
         return self._after(rename_column(self, old, new))
 
     @storage_boundary("dropping a column")
     def drop_column(self, name: str) -> int:
-        """Drop a column not used by the current spec; returns the manifest version."""
+        """Drop a column not used by the current spec (nothing when it is dropped already);
+        returns the manifest version."""
         from .schema.evolution import drop_column
 
         return self._after(drop_column(self, name))
 
     @storage_boundary("promoting a column")
     def promote_column(self, name: str, wider_type: pa.DataType) -> int:
-        """Widen a column's type (e.g. int32 -> int64); returns the manifest version."""
+        """Widen a column's type (e.g. int32 -> int64; nothing when it has that type);
+        returns the manifest version."""
         from .schema.evolution import promote_column
 
         return self._after(promote_column(self, name, wider_type))
@@ -466,7 +470,11 @@ class PartitionedNamespace:
         **params: Any,
     ) -> IndexCoverage:
         """Declare an index on ``column`` for the whole namespace and give every partition
-        table whose size calls for it that index, all registered in one manifest commit.
+        table whose size calls for it that index: two manifest commits, the declaration, then
+        every table's indexed version, all registered together. Interrupted between the two,
+        the index is declared and built nowhere yet: :meth:`indexes` shows it ``pending``
+        (searches stay exact), and the next ``maintenance.optimize_indexes()``, a write to a
+        partition (for that partition) or the same call again builds it.
 
         ``index_type``: vector ``IVF_PQ``, ``IVF_HNSW_SQ``, ``IVF_FLAT`` (``params`` such as
         ``metric``, ``num_partitions``, ``num_sub_vectors``; left out, they are derived from
@@ -483,7 +491,8 @@ class PartitionedNamespace:
     def indexes(self, filter: FilterLike = None) -> list[IndexCoverage]:
         """The declared indexes with their coverage over the partitions ``filter`` selects:
         partitions indexed / needing one / searched without one (below ``min_rows``) / total,
-        and the rows appended since an index was built (searched exhaustively)."""
+        and the rows appended since an index was built (searched exhaustively); ``status``
+        ``pending`` (with a ``hint``) while partitions needing it lack it."""
         from .search.catalog import coverages
 
         return coverages(self, filter)

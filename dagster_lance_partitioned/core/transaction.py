@@ -19,6 +19,8 @@ Nothing is written inside the block; an exception there discards everything. On 
   has no partitions yet). When the data commit fails after the first landed and nothing else
   was committed in between, the changes are reverted in one more commit; a process killed
   exactly between the two leaves the first (never a partial data commit).
+- A change already in place is no change (see :mod:`.schema.evolution`): the same transaction
+  run again after such a kill finds its changes made and commits its data alone.
 - A transaction with only a data operation is that operation's own single commit.
 """
 
@@ -159,15 +161,16 @@ class Transaction:
         self.add_step(add_columns_step(fields))
 
     def rename_column(self, old: str, new: str) -> None:
-        """Rename a column, keeping its field id."""
+        """Rename a column, keeping its field id (see ``PartitionedNamespace.rename_column``)."""
         self.add_step(rename_column_step(old, new))
 
     def drop_column(self, name: str) -> None:
-        """Drop a column the current spec (as changed so far) does not use."""
+        """Drop a column the current spec (as changed so far) does not use (nothing when it is
+        dropped already)."""
         self.add_step(drop_column_step(name))
 
     def promote_column(self, name: str, wider_type: pa.DataType) -> None:
-        """Widen a column's type (e.g. int32 -> int64)."""
+        """Widen a column's type (e.g. int32 -> int64; nothing when it has that type)."""
         self.add_step(promote_column_step(name, wider_type))
 
     def update_spec(self, partition_fields: Sequence[PartitionField | SpecField]) -> None:

@@ -36,9 +36,9 @@ def build_indexes(
 ) -> list[IndexCoverage]:
     """Declare ``indexes`` (each ``{"column", "index_type", "name"?, "min_rows"?, **params}``)
     on the namespace at ``uri`` and build every declared index on the partition tables
-    ``filter`` selects (missing ones, and rows appended since) in Spark tasks, registered in
-    one manifest commit per declaration and one for the rest; returns the coverage of every
-    declared index."""
+    ``filter`` selects (missing ones, and rows appended since) in Spark tasks: two manifest
+    commits per new declaration (the declaration, then its tables) and one for the rest;
+    returns the coverage of every declared index."""
     ns = PartitionedNamespace.open(uri, storage_options)
     runner = _runner(spark, uri)
     for spec in indexes:

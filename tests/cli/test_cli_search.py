@@ -533,11 +533,13 @@ def test_optimize_indexes_builds_the_partitions_needing_an_index(capsys, fresh, 
     [index] = run_json(capsys, "indexes", fresh.uri)["indexes"]
     assert index["needing"] == needing and index["partitions_needing"] == 3
     assert index["complete"] is False and index["unindexed_rows"] == 900
+    assert index["status"] == "pending" and "3 partition(s) not built yet" in index["hint"]
     code, out, _ = run(capsys, "indexes", fresh.uri, "--max-width", "0")
     assert code == 0
     assert table_rows(out)[1][4] == "3"  # needing
     assert (
-        "v_ivf_flat: 3 partitions need the index (run `lance-partitioned optimize-indexes`): "
+        "v_ivf_flat: pending, not built yet on 3 partitions (searched exhaustively meanwhile; "
+        "`lance-partitioned optimize-indexes`, or a write to them, builds it): "
         + ", ".join(needing)
     ) in out.splitlines()
     code, out, _ = run(capsys, "optimize-indexes", fresh.uri, "--max-width", "0")

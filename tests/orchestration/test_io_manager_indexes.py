@@ -22,6 +22,7 @@ import pytest
 import yaml
 from dagster.components.testing import create_defs_folder_sandbox
 from helpers.dagster_runs import range_tags
+from helpers.interrupted import Interrupted, after_index_declared, interrupt
 
 from dagster_lance_partitioned import PartitionedNamespace
 from dagster_lance_partitioned.core.errors import IndexBuildError
@@ -448,6 +449,58 @@ def test_the_coverage_check_fails_for_a_partition_lacking_an_index_or_a_declarat
     coverage = got["lance_index_coverage"]
     assert not coverage.passed and "not declared on the namespace yet" in coverage.description
     assert value(coverage.metadata["undeclared"]) == ["words"]
+
+
+def test_the_coverage_check_reports_an_interrupted_declaration_as_pending(lake):
+    lake.run([make_asset(None)], range_=("2024-01-02", "2024-01-03"))
+    # the declaration SCALAR asks for, killed between its declaration and its tables' commit
+    with after_index_declared(interrupt), pytest.raises(Interrupted):
+        lake.ns.create_index("id", "BTREE")
+    events = make_asset([SCALAR])
+    checks = build_lance_partitioned_checks([events], lake.lance)
+    coverage = lake.checks([events], checks)["lance_index_coverage"]
+    assert not coverage.passed
+    assert "not declared" not in coverage.description  # declared: pending, not missing
+    assert "2 partition(s) lack an index their size calls for, not built yet" in (
+        coverage.description
+    )
+    assert "2024-01-02, 2024-01-03" in coverage.description
+    assert "results stay exact" in coverage.description
+    assert "more than" not in coverage.description  # their rows are not "appended" rows too
+    assert "optimize_indexes()" in coverage.description and "a run writing" in coverage.description
+    needing = sorted(value(coverage.metadata["needing"]), key=lambda n: n["partition"])
+    assert needing == [
+        {"index": "id_btree", "partition": "2024-01-02"},
+        {"index": "id_btree", "partition": "2024-01-03"},
+    ]
+    (row,) = value(coverage.metadata["indexes"])
+    assert (row["status"], row["partitions_indexed"], row["partitions_needing"]) == (
+        "pending",
+        0,
+        2,
+    )
+
+    # a run writing one of them builds its index (the declaration stands: no new one)
+    before = lake.ns.version
+    lake.run([events], "2024-01-03")
+    assert [op for op, _ in lake.history(before)] == ["write"]
+    assert lake.table_indexes("2024-01-03") == {"id_btree"}
+    coverage = lake.checks([events], checks)["lance_index_coverage"]
+    assert not coverage.passed
+    assert value(coverage.metadata["needing"]) == [{"index": "id_btree", "partition": "2024-01-02"}]
+
+    # the maintenance job builds the rest
+    job = build_lance_maintenance_job([events], lake.lance)
+    assert job.execute_in_process(instance=lake.instance).success
+    assert lake.table_indexes("2024-01-02") == {"id_btree"}
+    coverage = lake.checks([events], checks)["lance_index_coverage"]
+    assert coverage.passed
+    (row,) = value(coverage.metadata["indexes"])
+    assert (row["status"], row["partitions_indexed"], row["partitions_needing"]) == (
+        "complete",
+        2,
+        0,
+    )
 
 
 # -- maintenance, the sensor, the resource, the component --------------------------------------

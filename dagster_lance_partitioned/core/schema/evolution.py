@@ -16,6 +16,12 @@ Rules (FORMAT.md "Namespace schema", draft spec "Schema Evolution Rules"):
 - promote: widening only, see :func:`is_widening`.
 - add and rename take only names Lance writes and reads back, and add / promote no dictionary
   types (see :func:`.namespace_schema.check_columns`).
+- a change already in place is no change (no error, nothing committed), so that code whose
+  changes landed without its data (a transaction interrupted between its two commits) can
+  simply run again: a column added alike (same name, type, nullable), a rename whose column
+  (by field id) had the old name (:data:`FORMER_NAMES_KEY`), a column dropped already, a type
+  the column has, a spec equal to the current one. A change that only looks alike (another
+  type, a column that never had the old name) is refused as before.
 """
 
 from __future__ import annotations
@@ -50,6 +56,12 @@ from .namespace_schema import (
     live_schema,
 )
 
+FORMER_NAMES_KEY = "dlp.former_names"
+"""``__manifest`` table metadata (this package's extension): JSON object, field id (a decimal
+string) -> the names that top-level column had before each of its renames, oldest first.
+Written with the schema by every rename; tells a rename in place from a column that only has
+the new name (docs/reference/format.md)."""
+
 # --------------------------------------------------------------------------------------------
 # Operations
 
@@ -67,19 +79,33 @@ def add_columns_step(fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> Metad
     check_columns(new_fields, "add")  # names Lance reads back, no dictionary types
 
     def change(full: pa.Schema, specs: list[PartitionSpec]) -> pa.Schema:
-        """``full`` with the new fields appended, numbered past every id ever assigned."""
-        live = set(live_schema(full).names)
+        """``full`` with the new fields appended, numbered past every id ever assigned (those
+        it has alike already left out)."""
+        live = {f.name: f for f in arrow_json.strip_field_ids(live_schema(full))}
         seen: set[str] = set()
+        adding: list[pa.Field] = []
         for f in new_fields:
-            if f.name in live or f.name in seen:
-                raise SchemaError(f"cannot add column {f.name!r}: the schema already has it")
+            if f.name in seen:
+                raise SchemaError(f"cannot add column {f.name!r}: already given in this call")
+            seen.add(f.name)
+            has = live.get(f.name)
+            wanted = arrow_json.normalize_schema(pa.schema([f])).field(0)
+            if has is not None:
+                if has.nullable and wanted.nullable and has.type.equals(wanted.type):
+                    continue  # added alike already
+                raise SchemaError(
+                    f"cannot add column {f.name!r}: the schema already has it, as "
+                    f"{has.type}{'' if has.nullable else ' NOT NULL'}"
+                )
             if not f.nullable:
                 raise SchemaError(
                     f"cannot add column {f.name!r}: added columns must be nullable "
                     "(partition tables written before have no values for it)"
                 )
-            seen.add(f.name)
-        plain = arrow_json.strip_field_ids(arrow_json.normalize_schema(pa.schema(new_fields)))
+            adding.append(wanted)
+        if not adding:
+            return full
+        plain = arrow_json.strip_field_ids(pa.schema(adding))
         numbered, _ = arrow_json.assign_field_ids(plain, _next_field_id(full, specs))
         out = full
         for f in numbered:
@@ -95,17 +121,63 @@ def rename_column(ns: NamespaceState | HasState, old: str, new: str) -> int:
 
 
 def rename_column_step(old: str, new: str) -> MetadataStep:
-    """The change of :func:`rename_column`, for a transaction (arguments checked now)."""
+    """The change of :func:`rename_column`, for a transaction (arguments checked now). In
+    place already (no change) when there is no column ``old`` and the column ``new`` is one
+    that had the name ``old`` (its field id recorded under :data:`FORMER_NAMES_KEY`)."""
     check_column_name(new, f"rename column {old!r} to")  # a name Lance reads back
 
-    def change(full: pa.Schema, specs: list[PartitionSpec]) -> pa.Schema:
-        """``full`` with the column renamed (same id, type and metadata)."""
+    def apply(metadata: Mapping[str, str]) -> dict[str, str]:
+        full = full_schema(dict(metadata))
+        specs = specs_from_metadata(dict(metadata))
+        former = former_names(metadata)
+        live = live_schema(full).names
+        if old not in live:
+            if new in live:
+                fid = arrow_json.field_id(full.field(_live_index(full, new, "rename")))
+                if fid is not None and old in former.get(fid, ()):
+                    return {}  # renamed already
+            raise SchemaError(
+                f"cannot rename column {old!r} to {new!r}: no such column {old!r} (columns: "
+                f"{', '.join(live)})"
+            )
         idx = _live_index(full, old, "rename")
-        if new in live_schema(full).names:
+        if new in live:
             raise SchemaError(f"cannot rename column {old!r} to {new!r}: {new!r} already exists")
-        return full.set(idx, full.field(idx).with_name(new))
+        renamed = full.set(idx, full.field(idx).with_name(new))
+        _check_specs(renamed, specs)
+        fid = arrow_json.field_id(full.field(idx))
+        if fid is not None:
+            former[fid] = [*former.get(fid, ()), old]
+        return {
+            SCHEMA_KEY: _schema_json(renamed),
+            FORMER_NAMES_KEY: json.dumps(
+                {str(k): v for k, v in sorted(former.items())}, separators=(",", ":")
+            ),
+        }
 
-    return schema_step(Operation.RENAME_COLUMN, change)
+    return MetadataStep(Operation.RENAME_COLUMN, apply)
+
+
+def former_names(metadata: Mapping[str, str]) -> dict[int, list[str]]:
+    """Field id -> the names its column had before the renames recorded under
+    :data:`FORMER_NAMES_KEY` (oldest first); an entry that is not a list of names is left
+    out (it proves no rename)."""
+    try:
+        raw = json.loads(metadata.get(FORMER_NAMES_KEY) or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[int, list[str]] = {}
+    for key, names in raw.items():
+        if (
+            isinstance(key, str)
+            and key.isdigit()
+            and isinstance(names, list)
+            and all(isinstance(n, str) for n in names)
+        ):
+            out[int(key)] = list(names)
+    return out
 
 
 def drop_column(ns: NamespaceState | HasState, name: str) -> int:
@@ -118,7 +190,10 @@ def drop_column_step(name: str) -> MetadataStep:
     """The change of :func:`drop_column`, for a transaction."""
 
     def change(full: pa.Schema, specs: list[PartitionSpec]) -> pa.Schema:
-        """``full`` with the column marked deprecated and nullable."""
+        """``full`` with the column marked deprecated and nullable (unchanged when it is
+        dropped already)."""
+        if name in dropped_names(full):
+            return full
         idx = _live_index(full, name, "drop")
         fid = arrow_json.field_id(full.field(idx))
         current = specs[-1]
@@ -156,6 +231,8 @@ def promote_column_step(name: str, wider_type: pa.DataType) -> MetadataStep:
         """``full`` with the column's type widened."""
         idx = _live_index(full, name, "promote")
         f = full.field(idx)
+        if arrow_json.strip_field_ids(pa.schema([f])).field(0).type.equals(target):
+            return full  # of that type already
         if not is_widening(f.type, target):
             raise SchemaError(
                 f"cannot promote column {name!r} from {f.type} to {target}: only widening "
@@ -232,15 +309,24 @@ def schema_step(
     operation: str, change: Callable[[pa.Schema, list[PartitionSpec]], pa.Schema]
 ) -> MetadataStep:
     """A metadata step rewriting the ``schema`` key with ``change(full schema, specs)``,
-    refused when the current spec no longer compiles against the result."""
+    refused when the current spec no longer compiles against the result; no change when
+    ``change`` returns the schema it was given."""
 
     def apply(metadata: Mapping[str, str]) -> dict[str, str]:
         specs = specs_from_metadata(dict(metadata))
-        new = change(full_schema(dict(metadata)), specs)
+        full = full_schema(dict(metadata))
+        new = change(full, specs)
+        if new is full:
+            return {}  # in place already
         _check_specs(new, specs)
-        return {SCHEMA_KEY: json.dumps(arrow_json.schema_to_json(new), separators=(",", ":"))}
+        return {SCHEMA_KEY: _schema_json(new)}
 
     return MetadataStep(operation, apply)
+
+
+def _schema_json(schema: pa.Schema) -> str:
+    """The ``schema`` metadata value of ``schema``."""
+    return json.dumps(arrow_json.schema_to_json(schema), separators=(",", ":"))
 
 
 def _evolve(ns: NamespaceState | HasState, step: MetadataStep) -> int:
@@ -253,11 +339,13 @@ def _evolve(ns: NamespaceState | HasState, step: MetadataStep) -> int:
 
 __all__ = [
     "DEPRECATED_KEY",
+    "FORMER_NAMES_KEY",
     "add_columns",
     "add_columns_step",
     "drop_column",
     "drop_column_step",
     "dropped_names",
+    "former_names",
     "full_schema",
     "is_deprecated",
     "is_widening",

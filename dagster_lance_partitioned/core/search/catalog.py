@@ -3,13 +3,18 @@ coverage, dropping one, and folding appended rows into them.
 
 Declaring is two manifest commits after the builds: the declaration (table metadata, so that
 writers from then on index what they write), then every partition table's indexed version,
-registered together in one commit. A build that fails commits nothing."""
+registered together in one commit (Lance commits table metadata and rows separately). A build
+that fails commits nothing. A process killed between the two commits leaves the index
+declared with no partition built: its coverage is ``pending`` (every partition whose size
+calls for it not built yet, searched exhaustively, so results stay exact) until the next
+``optimize_indexes``, the next write to a partition (for that partition) or declaring the same
+index again builds it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..concurrency import parallel_map, table_threads
 from ..errors import IndexDeclarationError, IndexNotFoundError
@@ -31,11 +36,15 @@ from .declaration import IndexDeclaration, declarations, declare
 class IndexCoverage:
     """A declared index and how far the partition tables of one manifest version carry it.
 
-    ``partitions_needing`` lack an index their size calls for (written by a writer that did
-    not know the declaration yet; ``optimize_indexes`` builds them); ``partitions_flat`` are
-    below ``min_rows`` (searched exhaustively, exactly); ``unindexed_rows`` were appended to
-    indexed tables since their index was built (searched exhaustively until
-    ``optimize_indexes``)."""
+    ``partitions_needing`` (object ids in ``needing``) lack an index their size calls for,
+    not built yet: registered by a writer that did not know the declaration yet, or every
+    partition after a ``create_index`` interrupted between its declaration and its tables'
+    commit; they are searched exhaustively (exact results) until ``optimize_indexes``, or a
+    write to them, builds it (:attr:`status` ``pending``, :attr:`hint`).
+    ``partitions_flat`` are below ``min_rows`` (searched exhaustively, exactly);
+    ``unindexed_rows`` are searched without the index although their table's size calls for
+    it: appended to indexed tables since their index was built (until ``optimize_indexes``),
+    and the ``pending_rows`` of the partitions in ``needing``."""
 
     name: str
     column: str
@@ -49,16 +58,36 @@ class IndexCoverage:
     indexed_rows: int
     unindexed_rows: int
     needing: tuple[str, ...] = ()  # object ids of the partitions needing one
+    pending_rows: int = 0  # rows of those partitions (part of unindexed_rows)
 
     @property
     def complete(self) -> bool:
         """Every partition whose size calls for the index has it."""
         return self.partitions_needing == 0
 
+    @property
+    def status(self) -> Literal["complete", "pending"]:
+        """``complete``, or ``pending`` while partitions in :attr:`needing` lack it."""
+        return "complete" if self.complete else "pending"
+
+    @property
+    def hint(self) -> str:
+        """What a pending index means and what builds it (empty when complete)."""
+        if self.complete:
+            return ""
+        return (
+            f"index {self.name!r}: {self.partitions_needing} partition(s) not built yet, "
+            "searched exhaustively (results stay exact); the next "
+            "ns.maintenance.optimize_indexes() builds them, a write to one of them builds "
+            "its own"
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
+        """A JSON-ready dict of every field, with :attr:`status` and :attr:`hint`."""
         out = asdict(self)
         out["needing"] = list(self.needing)
+        out["status"] = self.status
+        out["hint"] = self.hint
         return out
 
 
@@ -198,8 +227,9 @@ def create_index(
     runner: Runner | None = None,
 ) -> IndexCoverage:
     """Declare an index on ``column`` for the whole namespace and index every partition table
-    whose size calls for it; returns its coverage. Declaring the same index again indexes the
-    tables still lacking it; a different declaration under a taken name is refused."""
+    whose size calls for it (two manifest commits: the declaration, then every table's
+    indexed version); returns its coverage. Declaring the same index again indexes the tables
+    still lacking it; a different declaration under a taken name is refused."""
     state = state_of(ns)
     state.require_unpinned("create an index")
     state.store.check_store()
@@ -314,6 +344,7 @@ def summarize(
                     for _, s in states
                 ),
                 needing=needing,
+                pending_rows=sum(s.rows for _, s in states if s.needed and not s.present),
             )
         )
     return out
