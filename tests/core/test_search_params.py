@@ -2,7 +2,8 @@
 :class:`SearchQueryError` naming it, before anything runs, the same way for vector and
 full-text queries on indexed and unindexed namespaces; a ``k`` beyond the rows that can match
 returns those rows with memory bounded by the data (searches that asked Lance for more than
-memory holds run in a subprocess under an address-space limit)."""
+memory holds run in a subprocess under an address-space limit); a zero vector under the
+cosine metric is refused everywhere."""
 
 from __future__ import annotations
 
@@ -213,3 +214,26 @@ def test_searches_asking_for_more_than_memory_holds_answer_within_bounds(
         )
         assert got["values"] == sorted(got["values"])
     assert found[5]["ids"] == ids[:10]  # IVF_FLAT re-ranked: exact
+
+
+# -- a zero vector under the cosine metric --------------------------------------------------------
+def test_a_zero_vector_with_cosine_is_refused_everywhere(tmp_path, unindexed):
+    cosine = make_ns(tmp_path / "cosine", ROWS)
+    cosine.create_index("v", "IVF_FLAT", min_rows=1, num_partitions=2, metric="cosine")
+    zero = np.zeros(DIM, np.float32)
+    tiny = np.full(DIM, 1e-30, np.float32)  # no norm in float32 either
+    for ns, kwargs in [
+        (cosine, {}),  # the declared index's metric
+        (cosine, {"filter": "tenant = 'a'"}),
+        (cosine, {"nprobes": 2}),
+        (cosine, {"use_index": False}),
+        (unindexed, {"metric": "cosine"}),
+        (unindexed, {"metric": "COSINE", "filter": "tenant = 'a'"}),
+    ]:
+        for q in (zero, tiny):
+            message = refused(ns, q, **kwargs)
+            assert "cosine" in message and "zero" in message and "'v'" in message, message
+    # l2 and dot measure a zero vector: rows answer
+    assert_exact(cosine.search(zero, k=5, metric="l2"), ROWS, zero, 5, "l2")
+    assert cosine.search(zero, k=5, metric="dot")["_distance"].to_pylist() == [1.0] * 5
+    assert cosine.search(-Q, k=5).num_rows == 5

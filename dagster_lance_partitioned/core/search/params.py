@@ -1,5 +1,5 @@
-"""What a search is asked, checked before anything runs: ``k``, the columns and the query's
-parameters. Every value out of its range is a
+"""What a search is asked, checked before anything runs: ``k``, the columns, the query's
+parameters and, for the cosine metric, the query vector. Every value out of its range is a
 :class:`SearchQueryError` naming the parameter and what it takes, whether the namespace is
 indexed or not.
 
@@ -165,6 +165,16 @@ def check_text_params(params: Mapping[str, Any]) -> None:
         vector = [n for n in given if n in VECTOR_PARAMS or n == "metric"]
         which = " (vector search parameters)" if vector == given else ""
         raise SearchQueryError(f"full-text search takes no parameters, got {given}{which}")
+
+
+def check_direction(vector: np.ndarray, metric: str, column: str) -> None:
+    """Refuses a query vector without a norm (zero, or too small for float32) under the
+    cosine metric: its cosine distance to every row is undefined."""
+    if metric == "cosine" and float(np.dot(vector, vector)) == 0.0:
+        raise SearchQueryError(
+            f"a zero vector has no direction: its cosine distance to the vectors of {column!r} "
+            "is undefined (query a non-zero vector, or pass metric='l2' or 'dot')"
+        )
 
 
 def for_table(k: int, per_table: Mapping[str, Any], rows: int) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from .flat import cacheable, cached_candidates, distance, flat, matrix_of, quote
 from .params import (
     VectorParams,
     check_columns,
+    check_direction,
     check_k,
     check_text_params,
     for_table,
@@ -97,6 +98,7 @@ def search(
     dimension = vector_dimension(plain.field(name).type)
     assert dimension is not None
     vector = as_vector(query, dimension, name)
+    check_direction(vector, metric, name)
     plan = state.plan_scan(filter)
     opts = state.storage_options
     probes = _probes(given)
