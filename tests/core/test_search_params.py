@@ -79,6 +79,7 @@ BAD_VECTOR_SEARCHES = [
     ({"maximum_nprobes": 0}, "maximum_nprobes must be a positive integer"),
     ({"maximum_nprobes": -1}, "maximum_nprobes must be a positive integer"),
     ({"minimum_nprobes": 5, "maximum_nprobes": 2}, "minimum_nprobes (5) exceeds maximum_nprobes"),
+    ({"minimum_nprobes": 2**41, "maximum_nprobes": 2**40}, "minimum_nprobes (2199023255552) exc"),
     ({"nprobes": 3, "minimum_nprobes": 2}, "nprobes sets both minimum_nprobes and maximum"),
     ({"probes": 4, "nprobes": 2}, "exclude each other"),
     ({"probes": 4, "use_index": False}, "probes"),

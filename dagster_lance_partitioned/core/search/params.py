@@ -91,8 +91,13 @@ class VectorParams:
     use_index: bool | None = None
 
     def per_table(self) -> dict[str, Any]:
-        """The parameters given that every table's Lance search takes as they are."""
-        return {n: getattr(self, n) for n in PER_TABLE if getattr(self, n) is not None}
+        """The parameters given that every table's Lance search takes (cluster counts beyond
+        any index's clusters as :data:`MAX_CLUSTERS`: every cluster all the same)."""
+        out = {n: getattr(self, n) for n in PER_TABLE if getattr(self, n) is not None}
+        for name in _PROBE_COUNTS:
+            if name in out:
+                out[name] = min(out[name], MAX_CLUSTERS)
+        return out
 
 
 def vector_params(params: Mapping[str, Any], k: int) -> VectorParams:
@@ -106,9 +111,6 @@ def vector_params(params: Mapping[str, Any], k: int) -> VectorParams:
             + ", ".join(VECTOR_PARAMS)
         )
     counts = {name: positive(name, given[name], COUNTS[name]) for name in COUNTS if name in given}
-    for name in _PROBE_COUNTS:
-        if name in counts:
-            counts[name] = min(counts[name], MAX_CLUSTERS)
     use_index = given.get("use_index")
     if use_index is not None and not isinstance(use_index, bool | np.bool_):
         raise SearchQueryError(f"use_index must be True or False, got {use_index!r}")
