@@ -136,6 +136,19 @@ def test_none_leaves_a_parameter_to_its_default(ns):
     assert given.column("id").to_pylist() == ns.search(Q, k=7).column("id").to_pylist()
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"nprobes": 2}, {"probes": 3}])
+def test_hnsw_ef_from_k_up_is_taken(tmp_path, kwargs):
+    """Lance's HNSW needs ef at least the candidates it re-ranks (k * refine_factor): an ef
+    from k up to that failed every search (a PartitionReadError saying "ef must be greater
+    than or equal to k" for ef = 50, k = 10)."""
+    ns = make_ns(tmp_path / "hnsw", ROWS)
+    ns.create_index("v", "IVF_HNSW_SQ", min_rows=1, num_partitions=2)
+    for ef in (10, 50):
+        found = ns.search(Q, k=10, ef=ef, **kwargs)
+        assert found.num_rows == 10
+        assert np.all(np.diff(found["_distance"].to_numpy()) >= 0)
+
+
 # -- k beyond the rows that can match ---------------------------------------------------------
 @pytest.mark.parametrize("k", [2**63, 2**64, 10**30])
 def test_a_huge_k_returns_every_matching_row(ns, k):
