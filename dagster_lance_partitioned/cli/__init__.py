@@ -2,11 +2,12 @@
 partitioned namespaces.
 
 Output is a human-readable text (aligned tables) by default and one JSON document on stdout with
-``--json``. Exit codes: 0 success, 1 error reported by the package (message on stderr), 2 usage.
+``--json``. Exit codes: 0 success, 1 error reported by the package (message on stderr) or a
+problem ``check`` found, 2 usage.
 
 Subcommands live in one module per group: :mod:`.inspect` (read-only), :mod:`.search`
-(indexes and search across partitions), :mod:`.maintenance` (health checks and storage
-maintenance) and :mod:`.convert` (upgrade, import).
+(indexes and search across partitions), :mod:`.check` (health checks), :mod:`.maintenance`
+(storage maintenance) and :mod:`.convert` (upgrade, import).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TextIO
 
 from .. import __version__
 from ..core.errors import PartitionedNamespaceError, is_storage_failure
-from . import convert, inspect, maintenance, search
+from . import check, convert, inspect, maintenance, search
 from ._args import (
     DEFAULT_MAX_WIDTH,
     EXIT_ERROR,
@@ -61,7 +62,8 @@ filters:
 
 exit codes:
   0 success; 1 error (missing namespace, bad filter, ...: message on stderr), or `check` found
-  an issue (the report on stdout); 2 usage error.
+  a problem (the report on stdout; leftovers of interrupted writes count only with --strict);
+  2 usage error.
 """
 
 
@@ -111,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspect.register(add)
     search.register(add)
+    check.register(add)
     maintenance.register(add)
     convert.register(add)
     add("version", _cmd_version, False, "print the program's version (also: -V)", uri=None)

@@ -57,10 +57,14 @@ def non_negative_int(text: str) -> int:
 
 
 def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    value = non_negative_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    """An argparse type: a positive integer (1 or more, of any size)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        shown = text if value is not None else repr(text)
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {shown}")
     return value
 
 

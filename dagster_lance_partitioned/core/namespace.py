@@ -525,7 +525,10 @@ class PartitionedNamespace:
         vector column exists). A vector query over several indexed partitions probes the
         ``probes`` IVF clusters (default 20) nearest it over all of their centroids, and
         searches only the partitions holding them; ``params`` (``nprobes`` per partition
-        instead, ``refine_factor``, ``ef``, ``use_index``, ``metric``) pass through to Lance."""
+        instead, ``minimum_nprobes`` / ``maximum_nprobes``, ``refine_factor``, ``ef``,
+        ``use_index``, ``metric``) pass through to Lance. Every parameter is checked before
+        anything runs (:class:`SearchQueryError` naming the one at fault); a ``k`` beyond the
+        rows that match returns those rows."""
         from .search.query import search
 
         return search(

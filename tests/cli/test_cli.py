@@ -636,7 +636,7 @@ def test_drop_partitions(capsys, tmp_path):
     [
         (["drop-partitions", "x"], "required: --filter"),
         (["compact", "x", "--as-of", "2"], "compact cannot use it"),
-        (["cleanup", "x", "--keep-versions", "0"], "expected an integer >= 1, got 0"),
+        (["cleanup", "x", "--keep-versions", "0"], "expected a positive integer, got 0"),
         (["vacuum", "x", "--grace-hours", "-1"], "expected a number >= 0, got -1"),
         (["cleanup", "x", "--older-than-days", "soon"], "expected a number, got 'soon'"),
     ],

@@ -319,7 +319,10 @@ def tie_groups(ids: list[int], scores: list[float]) -> list[set[int]]:
         (["--vector", "[1]", "--column", "nope"], ["no column 'nope'", "columns: id, tenant"]),
         (["--vector", "[1]", "--column", "tenant"], ["column 'tenant' is string", "not a vector"]),
         (["--vector", vector_arg(QUERY), "--filter", "bogus > 1"], ["invalid filter 'bogus > 1'"]),
-        (["--text", "t1x", "--nprobes", "2"], ["unknown full-text search parameter(s)"]),
+        (
+            ["--text", "t1x", "--nprobes", "2"],
+            ["full-text search takes no parameters, got ['nprobes']"],
+        ),
         (["--text", "t1x", "--column", "tenant"], ["full-text (INVERTED) index on 'tenant'"]),
         (["--text", "  "], ["--text: the query is empty"]),
     ],
@@ -360,6 +363,76 @@ def test_search_usage_errors_exit_2(capsys, searchable):
         code, out, err = run(capsys, *argv)
         assert (code, out) == (2, ""), argv
         assert "usage: lance-partitioned search" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("option", ["-k", "--probes", "--nprobes", "--refine-factor", "--ef"])
+def test_counts_below_one_say_they_take_a_positive_integer(capsys, searchable, option):
+    """-5 and 0 get the same, correct, message (-5 was told ">= 0", 0 ">= 1")."""
+    for given, shown in (("-5", "-5"), ("0", "0"), ("abc", "'abc'"), ("2.5", "'2.5'")):
+        argv = ["search", searchable.uri, "--vector", vector_arg(QUERY), option, given]
+        code, out, err = run(capsys, *argv)
+        assert (code, out) == (2, ""), argv
+        assert f"argument {option}: expected a positive integer, got {shown}\n" in err, err
+
+
+@pytest.mark.parametrize(
+    ("param", "says"),
+    [
+        (
+            "nprobes=abc",
+            "nprobes must be a positive integer (IVF clusters probed in every "
+            "partition), got 'abc'",
+        ),
+        ("minimum_nprobes=0", "minimum_nprobes must be a positive integer"),
+        ("maximum_nprobes=-1", "maximum_nprobes must be a positive integer"),
+        ("refine_factor=1.5", "refine_factor must be a positive integer"),
+        ("ef=0", "ef must be a positive integer (HNSW search breadth), got 0"),
+        ("ef=3", "ef (HNSW search breadth) must be at least k = 10, got 3"),
+        ("use_index=yes", "use_index must be True or False, got 'yes'"),
+        ("metric=3", "metric must be one of l2, cosine, dot, got 3"),
+    ],
+)
+def test_param_values_are_checked_naming_the_parameter(capsys, searchable, param, says):
+    err = error_of(
+        capsys, "search", searchable.uri, "--vector", vector_arg(QUERY), "--param", param
+    )
+    assert says in err
+    assert "int()" not in err and "invalid literal" not in err and ".rs:" not in err
+
+
+def test_probe_bounds_that_contradict_are_refused(capsys, searchable):
+    base = ["search", searchable.uri, "--vector", vector_arg(QUERY)]
+    err = error_of(capsys, *base, "--param", "minimum_nprobes=5", "--param", "maximum_nprobes=2")
+    assert "minimum_nprobes (5) exceeds maximum_nprobes (2)" in err
+    err = error_of(capsys, *base, "--nprobes", "3", "--param", "maximum_nprobes=2")
+    assert "nprobes sets both minimum_nprobes and maximum_nprobes" in err
+    err = error_of(capsys, *base, "--probes", "3", "--no-index")
+    assert "probes (IVF clusters probed) and use_index=False" in err
+
+
+def test_a_k_beyond_every_row_prints_the_rows_that_match(capsys, searchable):
+    huge = "99999999999999999999"  # more than 64 bits
+    argv = ["search", searchable.uri, "--vector", vector_arg(QUERY), "-k", huge]
+    kept = ROWS.filter(pc.equal(ROWS["tenant"], "a"))  # indexed partitions (> MIN_ROWS)
+    rows = run_json(capsys, *argv, "--filter", "tenant = 'a'", "--columns", "id")
+    assert [r["id"] for r in rows] == brute_force(kept, QUERY, kept.num_rows)[0]
+    code, out, err = run(capsys, *argv, "--filter", "tenant = 'a'", "--columns", "id")
+    assert code == 0 and "Traceback" not in err
+    assert out.splitlines()[-1].startswith(f"{kept.num_rows} rows nearest to the vector")
+    assert f"fewer than k = {huge}: no more rows match" in out.splitlines()[-1]
+    rows = run_json(capsys, "search", searchable.uri, "--text", "t3x", "-k", huge)
+    assert len(rows) == sum("t3x" in d.split() for d in ROWS["txt"].to_pylist())
+
+
+def test_a_zero_vector_with_cosine_is_refused(capsys, searchable):
+    zero = json.dumps([0] * DIM)
+    for extra in ([], ["--filter", "tenant = 'a'"], ["--no-index"], ["--nprobes", "2"]):
+        err = error_of(
+            capsys, "search", searchable.uri, "--vector", zero, "--metric", "cosine", *extra
+        )
+        assert "a zero vector has no direction: its cosine distance to the vectors of 'v'" in err
+    rows = run_json(capsys, "search", searchable.uri, "--vector", zero, "--metric", "l2", "-k", "3")
+    assert len(rows) == 3
 
 
 def test_search_reads_an_older_manifest_version_with_as_of(capsys, fresh):

@@ -67,9 +67,13 @@ def to_sql(filter: FilterLike) -> str | None:
         return None
     if isinstance(filter, str):
         return filter.strip() or None
+    if not isinstance(filter, Sequence):
+        raise FilterError(
+            f"a filter is a SQL string or a list of (column, op, value) tuples, got {filter!r}"
+        )
     parts = []
     for item in filter:
-        if len(item) != 3:
+        if not isinstance(item, tuple | list) or len(item) != 3:
             raise FilterError(f"filter tuples are (column, op, value), got {item!r}")
         col, op, value = item
         op_l = str(op).lower().strip()

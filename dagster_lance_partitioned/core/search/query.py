@@ -23,9 +23,19 @@ from ..read.planning import ScanTask
 from ..read.scan import _guarded, read_schema, scan_concurrency
 from ..schema.arrow_json import strip_field_ids
 from . import clustered
+from .build import describe
 from .catalog import declared
-from .declaration import METRICS, IndexDeclaration, vector_dimension
+from .declaration import IndexDeclaration, vector_dimension
 from .flat import cacheable, cached_candidates, distance, flat, matrix_of, quoted
+from .params import (
+    VectorParams,
+    check_columns,
+    check_direction,
+    check_k,
+    check_text_params,
+    for_table,
+    vector_params,
+)
 from .routing import DEFAULT_PROBES, ivf_index, route
 from .searched import (
     DISTANCE,
@@ -40,25 +50,9 @@ from .searched import (
 )
 from .text import search_text
 
-VECTOR_PARAMS = (
-    "probes",
-    "nprobes",
-    "minimum_nprobes",
-    "maximum_nprobes",
-    "refine_factor",
-    "ef",
-    "use_index",
-)
 # candidates re-ranked by exact distance per row kept, unless refine_factor is given (recall@10
 # 0.77 at 1, 0.97 at 5, 0.995 at 10 in bench/bench_search.py; latency about the same)
 DEFAULT_REFINE = 10
-
-
-def check_k(k: Any) -> int:
-    """``k`` as a positive integer (raises :class:`SearchQueryError`)."""
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise SearchQueryError(f"k must be a positive integer, got {k!r}")
-    return int(k)
 
 
 def query_kind(query: Any) -> str:
@@ -85,37 +79,40 @@ def search(
 ) -> pa.Table:
     """The ``k`` best rows for ``query`` across the partitions ``filter`` keeps (see the
     facade's ``search``)."""
-    state = state_of(ns)
     k = check_k(k)
     kind = query_kind(query)
+    check_columns(column, columns)
+    if kind == "text":
+        check_text_params(params or {})
+    given = vector_params(params or {}, k) if kind == "vector" else VectorParams()
+    state = state_of(ns)
     decls = declared(state)
     schema = state.schema_with_ids
     plain = strip_field_ids(schema)
     target = read_schema(plain, columns)
     if kind == "text":
         decl = text_index(plain, decls, column)
-        return search_text(state, query, decl, k, filter, target, dict(params or {}))
+        return search_text(state, query, decl, k, filter, target)
     name, metric = vector_column(plain, decls, column)
+    metric = given.metric or metric
     dimension = vector_dimension(plain.field(name).type)
     assert dimension is not None
     vector = as_vector(query, dimension, name)
-    extra = _vector_params(params or {})
-    metric = str(extra.pop("metric", metric)).lower()
-    if metric not in METRICS:
-        raise SearchQueryError(
-            f"metric {metric!r}: vector search takes one of {', '.join(METRICS)}"
-        )
+    check_direction(vector, metric, name)
     plan = state.plan_scan(filter)
     opts = state.storage_options
-    explicit = "probes" in extra
-    probes = _probes(extra)
+    probes = _probes(given)
 
     def opened(task: ScanTask) -> _Opened:
         return _opened(task, schema, plan.residual_filter, opts, name, probes is not None)
 
     tables = for_each_partition(state, plan.tasks, opened, quick=True)  # opened before: cheap
+    # no more rows asked for than the tables hold
+    k = max(1, min(k, sum(describe(t.searched.ds)[0] for t in tables)))
+    extra = given.per_table()
     # left to its default, a query of one indexed table keeps Lance's own probing
-    query = _Query(state, schema, target, name, vector, k, metric, extra, 1 if explicit else 2)
+    route_from = 1 if given.probes is not None else 2
+    query = _Query(state, schema, target, name, vector, k, metric, extra, route_from)
     found, routed = query.run(tables, probes)
     if routed and sum(t.num_rows for t in found) < k:
         # the clusters probed hold fewer than k matching rows: every table searched in full
@@ -127,22 +124,16 @@ def search(
     return merged.take(order[:k])
 
 
-def _probes(extra: dict[str, Any]) -> int | None:
-    """IVF clusters a query over several indexed tables probes in all, taken out of
-    ``extra`` (None: every table is searched with Lance's parameters as given, as when
-    ``nprobes`` or probe bounds per table or ``use_index=False`` are passed)."""
-    per_table = {"nprobes", "minimum_nprobes", "maximum_nprobes"} & set(extra)
-    if "probes" not in extra:
-        return None if per_table or extra.get("use_index") is False else DEFAULT_PROBES
-    probes = extra.pop("probes")
-    if per_table:
-        raise SearchQueryError(
-            f"probes (IVF clusters across the partitions searched) and {sorted(per_table)} "
-            "(per partition) exclude each other: pass one"
-        )
-    if isinstance(probes, bool) or not isinstance(probes, int | np.integer) or probes < 1:
-        raise SearchQueryError(f"probes must be a positive integer, got {probes!r}")
-    return int(probes)
+def _probes(given: VectorParams) -> int | None:
+    """IVF clusters a query over several indexed tables probes in all (None: every table is
+    searched with Lance's parameters as given, as when ``nprobes`` or probe bounds per table
+    or ``use_index=False`` are passed)."""
+    if given.probes is not None:
+        return given.probes
+    per_table = (given.nprobes, given.minimum_nprobes, given.maximum_nprobes)
+    if any(n is not None for n in per_table) or given.use_index is False:
+        return None
+    return DEFAULT_PROBES
 
 
 def _opened(
@@ -320,13 +311,12 @@ class _Query:
     def probed(self, t: _Opened, nprobes: int) -> _Approximate:
         """Lance's search of ``nprobes`` IVF clusters of a table, unrefined: the row ids and
         the index's distances of its ``k * refine_factor`` best rows."""
-        n = self.k * self.refine
+        passed = {key: v for key, v in self.extra.items() if key != "refine_factor"}
         nearest = {
             "column": self.column,
             "q": self.vector,
             "metric": self.metric,
-            **{key: v for key, v in self.extra.items() if key != "refine_factor"},
-            "k": n,
+            **for_table(self.k * self.refine, passed, describe(t.searched.ds)[0]),
             "nprobes": nprobes,
         }
         found = t.searched.ds.to_table(
@@ -432,16 +422,6 @@ def as_vector(query: Any, dimension: int, column: str) -> np.ndarray:
     return vector
 
 
-def _vector_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(params) - set(VECTOR_PARAMS) - {"metric"})
-    if unknown:
-        raise SearchQueryError(
-            f"unknown vector search parameter(s) {unknown}; known: metric, "
-            + ", ".join(VECTOR_PARAMS)
-        )
-    return dict(params)
-
-
 def _nearest(
     searched: Searched,
     target: pa.Schema,
@@ -454,10 +434,12 @@ def _nearest(
     """Lance's nearest-neighbour search of one table, the filter applied before ranking; an
     index search that returns fewer than ``k`` rows while more match is redone exhaustively."""
     ds = searched.ds
-    nearest = {"column": column, "q": vector, "k": k, "metric": metric, **extra}
     # exact distances for the k rows kept, so that partitions' results merge by true distance
     # (an index's quantized distances differ from table to table)
-    nearest.setdefault("refine_factor", DEFAULT_REFINE)
+    passed = {"refine_factor": DEFAULT_REFINE, **extra}
+    nearest: dict[str, Any] = {"column": column, "q": vector, "metric": metric}
+    nearest.update(for_table(k, passed, describe(ds)[0]))
+    k = nearest["k"]
     cols = [*target.names, DISTANCE]
     found = ds.to_table(columns=cols, nearest=nearest, filter=searched.lance_sql, prefilter=True)
     if found.num_rows < k:

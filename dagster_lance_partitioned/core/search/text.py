@@ -24,9 +24,7 @@ time a table is searched than later."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import lance
 import numpy as np
@@ -103,13 +101,8 @@ def search_text(
     k: int,
     filter: FilterLike,
     target: pa.Schema,
-    params: Mapping[str, Any],
 ) -> pa.Table:
     """The ``k`` rows scoring best for ``query`` under ``decl`` (see the module doc)."""
-    if params:
-        raise SearchQueryError(
-            f"unknown full-text search parameter(s) {sorted(params)}; none are taken"
-        )
     out_schema = target.append(pa.field(SCORE, pa.float32()))
     words = tokens(query, decl)
     if not words:
