@@ -299,7 +299,7 @@ def _cmd_partitions(args: argparse.Namespace, opts: Options, out: TextIO) -> Non
     """``partitions URI [--filter SQL] [--no-stats]``."""
     ns = open_ns(args, opts)
     flt = resolve_filter(ns, args.filter)
-    plan = ns.plan_scan(flt.sql)
+    plan = ns.plan_scan(flt.sql, by_stats=False)
     tasks = [t for t in plan.tasks if flt.keeps(t.partition_values)]
     stats: list[tuple[int | None, int | None]] = (
         [(None, None)] * len(tasks)

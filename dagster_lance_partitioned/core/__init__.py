@@ -53,6 +53,7 @@ from .ops.maintenance import (
     DropResult,
     VacuumResult,
 )
+from .ops.statistics import StatisticsResult
 from .read.planning import ScanPlan, ScanTask
 from .read.pruning import SpecPruning
 from .row_changes.change import RowChangeResult
@@ -117,6 +118,7 @@ __all__ = [
     "SpecField",
     "SpecPruning",
     "StaleChangeError",
+    "StatisticsResult",
     "StorageError",
     "TableChange",
     "TableLocationError",

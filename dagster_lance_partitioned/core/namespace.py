@@ -21,6 +21,7 @@ from .errors import (
 )
 from .manifest.naming import NAMING_KEY, ensure_naming_key, new_naming_key
 from .manifest.state import NamespaceState, load_snapshot
+from .manifest.stats import stats_field
 from .manifest.store import (
     SCHEMA_KEY,
     SEP,
@@ -123,6 +124,7 @@ class PartitionedNamespace:
         manifest_schema = base_manifest_schema()
         for f in partition_field_columns([spec]):
             manifest_schema = manifest_schema.append(f)
+        manifest_schema = manifest_schema.append(stats_field())
         metadata = {
             SCHEMA_KEY: json.dumps(arrow_json.schema_to_json(ns_schema), separators=(",", ":")),
             spec.key: spec.to_json_str(),
@@ -264,11 +266,13 @@ class PartitionedNamespace:
 
     # -- read ---------------------------------------------------------------------------------
     @storage_boundary("planning a scan")
-    def plan_scan(self, filter: FilterLike = None) -> ScanPlan:
+    def plan_scan(self, filter: FilterLike = None, *, by_stats: bool = True) -> ScanPlan:
         """The partition tables (and versions) a scan with ``filter`` reads; ``str()`` of it is
         a readable account (per spec version: manifest predicate, partitions kept / total; the
-        residual filter), ``.to_dict()`` JSON."""
-        return self._state.plan_scan(filter)
+        tables pruned by partition values and by statistics; the residual filter),
+        ``.to_dict()`` JSON. ``by_stats=False`` keeps the tables whose statistics prove that
+        no row matches (every table of the partitions the filter selects)."""
+        return self._state.plan_scan(filter, by_stats)
 
     @storage_boundary("scanning")
     def scan(
@@ -395,9 +399,12 @@ class PartitionedNamespace:
         """Register an existing ``key=value/.../name.lance`` tree of Lance tables under ``uri``
         as a partitioned namespace, without copying data."""
         from .ops.hive import import_hive
+        from .ops.statistics import collect_statistics
 
         root = import_hive(uri, types=types, storage_options=storage_options)
-        return cls.open(root, storage_options)
+        ns = cls.open(root, storage_options)
+        collect_statistics(ns)  # the imported tables' statistics, read once
+        return ns
 
     def _after(self, version: int) -> int:
         self.refresh()

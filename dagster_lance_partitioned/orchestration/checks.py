@@ -538,7 +538,11 @@ def _per_key(
     assert w.layout is not None
     schema = ns.schema
     tables = {
-        k: [t.object_id for t in ns.plan_scan(w.layout.row_filter([k], schema)).tasks] for k in keys
+        k: [
+            t.object_id
+            for t in ns.plan_scan(w.layout.row_filter([k], schema), by_stats=False).tasks
+        ]
+        for k in keys
     }
     wanted = sorted({o for ids in tables.values() for o in ids})
     snapshot = ns.state.snapshot

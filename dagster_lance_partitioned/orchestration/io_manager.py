@@ -417,10 +417,10 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         if declared_now:
             shared[INDEXES_DECLARED] = dg.MetadataValue.json(list(declared_now))
         if out.partitioned:
-            tasks = list(ns.plan_scan(out.row_filter(ns.schema)).tasks)
+            tasks = list(ns.plan_scan(out.row_filter(ns.schema), by_stats=False).tasks)
         else:
             written = _written_ids(result)
-            tasks = [t for t in ns.plan_scan(None).tasks if t.object_id in written]
+            tasks = [t for t in ns.plan_scan(None, by_stats=False).tasks if t.object_id in written]
         layout, current = out.layout, ns.current_spec.spec_id
 
         def key_of(task: Any) -> str | None:
@@ -840,7 +840,7 @@ def _counted(
 ) -> list[_Table]:
     """The partition tables a scan with ``filter`` reads, with their row counts (from the
     tables' metadata, a few tables at a time); ``changed``: the object ids a merge wrote."""
-    tasks = list(ns.plan_scan(filter).tasks)
+    tasks = list(ns.plan_scan(filter, by_stats=False).tasks)
     rows = parallel_map(
         lambda t: int(open_table(t, storage_options).count_rows()), tasks, COUNT_THREADS
     )

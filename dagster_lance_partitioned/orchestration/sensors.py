@@ -31,6 +31,7 @@ MAINTENANCE_OPERATIONS = frozenset(
         Operation.CREATE_INDEX,
         Operation.OPTIMIZE_INDEXES,
         Operation.DROP_INDEX,
+        Operation.STATISTICS,
     }
 )
 # commits Dagster made itself: the IO manager's, and the maintenance job's retention deletes

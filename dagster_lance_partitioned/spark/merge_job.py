@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..core.concurrency import parallel_map, table_threads
+from ..core.manifest import stats
 from ..core.manifest.naming import derived_name, keyed_name
 from ..core.manifest.registration import TableVersion
 from ..core.read.planning import ScanTask
@@ -189,7 +190,8 @@ class MergeJob:
             location = new_table_location(self.spec, key, self.name_of)
             version = executor.create(location, rows)
             counts = Counts(int((write & ~away).sum()), int((write & away).sum()))
-            return TableVersion.new_table(key, location, version, rows.num_rows), counts
+            found = stats.of_table(rows, self.schema)
+            return TableVersion.new_table(key, location, version, rows.num_rows, found), counts
         change = TableEdit(on=tuple(on))
         moved = 0
         confined = self.confined
@@ -211,7 +213,9 @@ class MergeJob:
                 change.delete_keys.append(K.distinct(gone, on))
                 deleted = gone.num_rows
         applied = executor.apply(task, change, self.schema)
-        outcome = TableVersion.of_task(task, applied.version, applied.rows, applied.changed)
+        outcome = TableVersion.of_task(
+            task, applied.version, applied.rows, applied.changed, applied.stats
+        )
         return outcome, Counts(applied.inserted, applied.updated, deleted, moved)
 
 

@@ -102,7 +102,7 @@ def pack(result: StageResult) -> bytes:
         number = index.setdefault(layout, len(layouts))
         if number == len(layouts):
             layouts.append(layout)
-        entries.append((part.key, part.rows, number, frags))
+        entries.append((part.key, part.rows, number, frags, part.stats))
     payload = (FORMAT_VERSION, layouts, entries)
     return zlib.compress(pickle.dumps(payload, protocol=5), COMPRESSION_LEVEL)
 
@@ -120,7 +120,7 @@ def _unpack(data: bytes, writer: PartitionWriter) -> StageResult:
         raise WriteError(f"commit message format {version} (this driver reads {FORMAT_VERSION})")
     schemas = [None if s is None else pa.ipc.read_schema(pa.py_buffer(s)) for s, _, _ in layouts]
     parts = []
-    for key, rows, number, frags in entries:
+    for key, rows, number, frags, stats in entries:
         _schema, storage_version, template = layouts[number]
         fragments = []
         for frag in frags:
@@ -138,6 +138,7 @@ def _unpack(data: bytes, writer: PartitionWriter) -> StageResult:
                 tuple(fragments),
                 schemas[number],
                 storage_version,
+                stats,
             )
         )
     return StageResult(tuple(parts))

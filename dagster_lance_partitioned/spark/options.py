@@ -4,10 +4,9 @@ lower-cased keys)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
 
-from ..core.read.filters import to_sql
+from ..core.read.filters import FilterLike, to_sql
 from .errors import SparkOptionError
 
 FORMAT = "lance_partitioned"
@@ -110,7 +109,7 @@ def filter_sql(options: Mapping[str, str]) -> str | None:
     return raw
 
 
-def encode_filter(filter: str | Sequence[tuple[str, str, Any]] | None) -> str | None:
+def encode_filter(filter: FilterLike) -> str | None:
     """A core filter (SQL string or tuples) as the value of option ``filter``."""
     if filter is None or isinstance(filter, str):
         return filter

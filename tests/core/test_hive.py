@@ -365,3 +365,29 @@ def test_widen():
     assert hive.widen(pa.utf8(), pa.large_utf8()) == pa.large_utf8()
     assert hive.widen(pa.utf8(), pa.int64()) is None
     assert hive.widen(pa.null(), pa.date32()) == pa.date32()
+
+
+def test_an_import_records_statistics_of_every_leaf(tree):
+    """The import reads each leaf once for its statistics (key columns as reads fill them):
+    reads then skip leaves no row of which can match, and appends keep them exact."""
+    from helpers.stats import assert_statistics_hold
+
+    ns = PartitionedNamespace.import_hive(tree)
+    assert assert_statistics_hold(ns) == len(LEAVES)
+    plan = ns.plan_scan("id >= 5")
+    assert len(plan.tasks) == 2 and sorted(ns.to_table("id >= 5")["id"].to_pylist()) == [5, 6]
+    country = {t.object_id: t.stats.columns for t in plan.tasks}
+    assert all(country.values())
+    assert len(ns.plan_scan("year = 2024 AND value > 100").pruned_by_stats) == 1
+    new = pa.table(  # an append to an imported leaf keeps its statistics
+        {
+            "id": pa.array([200], pa.int64()),
+            "value": [3.0],
+            "country": ["US"],
+            "year": pa.array([2024], pa.int64()),
+            "day": pa.array([dt.date(2024, 6, 30)], pa.date32()),
+        }
+    )
+    ns.write(new)
+    assert assert_statistics_hold(ns) == len(LEAVES)
+    assert len(ns.plan_scan("id = 200").tasks) == 1

@@ -19,7 +19,8 @@ UTC = dt.UTC
 
 
 def kept(ns, flt) -> set:
-    return {tuple(t.partition_values.values()) for t in ns.plan_scan(flt).tasks}
+    """The partitions the partition values keep (statistics would prune more)."""
+    return {tuple(t.partition_values.values()) for t in ns.plan_scan(flt, by_stats=False).tasks}
 
 
 def assert_correct(ns, table, flt, expected_mask):

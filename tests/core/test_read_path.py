@@ -209,3 +209,17 @@ def test_a_new_version_with_a_duplicate_id_is_refused_after_an_old_one_was_read(
     lance.write_dataset(tables.slice(0, 1), uri, mode="append")
     with pytest.raises(manifest_mod.ManifestError):
         PartitionedNamespace.open(ns.uri)
+
+
+def test_a_nanosecond_timestamp_filter_keeps_its_nanoseconds(tmp_path) -> None:
+    """Lance reads a timestamp literal to the microsecond: a filter on a nanosecond column
+    with a value below the microsecond is applied by DataFusion instead (it matched nothing)."""
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("tn", pa.timestamp("ns"))])
+    ns = PartitionedNamespace.create(tmp_path / "ns", schema, [PartitionField.identity("id")])
+    ns.write(pa.table({"id": [1, 2], "tn": pa.array([2, 3000], pa.timestamp("ns"))}))
+    for flt, ids in [
+        ("tn = arrow_cast(2, 'Timestamp(Nanosecond, None)')", [1]),
+        ("tn < arrow_cast(3, 'Timestamp(Nanosecond, None)')", [1]),
+        ("tn = arrow_cast(3000, 'Timestamp(Nanosecond, None)')", [2]),
+    ]:
+        assert sorted(ns.to_table(flt).column("id").to_pylist()) == ids, flt

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from helpers.data import SCHEMA, fingerprint, sample_table, sorted_rows
 from helpers.spark import every_type_table, rows_of
+from helpers.stats import assert_statistics_hold
 
 from dagster_lance_partitioned import (
     PartitionedNamespace,
@@ -63,6 +64,8 @@ def test_spark_write_round_trips_every_type(spark, tmp_path):
     assert sorted(map(str, (p["values"] for p in target.inspect.partitions()))) == sorted(
         map(str, (p["values"] for p in source.inspect.partitions()))
     )
+    # the workers' statistics of every type, combined on the driver, hold for the rows
+    assert assert_statistics_hold(target) == len(target.inspect.partitions())
 
 
 def test_append_commits_each_partition_table_once_in_one_manifest_commit(spark, tmp_path):
@@ -72,6 +75,7 @@ def test_append_commits_each_partition_table_once_in_one_manifest_commit(spark, 
     frame(spark, sample_table(30, start=100)).write.format(FORMAT).mode("append").save(ns.uri)
     ns.refresh()
     assert ns.version == before + 1  # one manifest commit for the whole job
+    assert assert_statistics_hold(ns) == len(ns.inspect.partitions())  # appended: combined
     assert sorted_rows(ns.to_table()) == sorted_rows(
         pa.concat_tables([sample_table(12), sample_table(30, start=100)])
     )

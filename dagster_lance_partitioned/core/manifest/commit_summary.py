@@ -84,6 +84,7 @@ class Operation(StrEnum):
     CREATE_INDEX = "create_index"
     DROP_INDEX = "drop_index"
     OPTIMIZE_INDEXES = "optimize_indexes"
+    STATISTICS = "statistics"  # table statistics filled in (no table version changes)
 
 
 _FIELDS: Final = (PROP_OPERATION, PROP_MODE, PROP_WRITER, PROP_OF, PROP_FILTER, PROP_INDEX)

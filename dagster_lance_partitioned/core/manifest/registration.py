@@ -17,6 +17,7 @@ from ..read.planning import ScanTask
 from ..spec.partition_spec import PartitionSpec
 from .edit import ManifestEdit
 from .retire import Use
+from .stats import STATS_COLUMN, TableStats, stats_field
 from .store import SEP, TABLE_NAME, TableEntry
 
 Key = tuple[Any, ...]  # a partition's values, in its spec's field order
@@ -47,7 +48,8 @@ class TableVersion:
     For a registered table: its ``object_id`` and ``location``, the ``base`` pin the version
     was made on, the new ``version`` and the ``rows`` it holds (0: deregister the table; None:
     not counted); ``changed`` False leaves its pin alone. For a new partition of the current
-    spec: ``key``, the ``location`` its table was created at, its ``version`` and ``rows``."""
+    spec: ``key``, the ``location`` its table was created at, its ``version`` and ``rows``.
+    ``stats``: what is known of the new version's rows (None: nothing; registered with it)."""
 
     location: str | None
     version: int
@@ -56,19 +58,27 @@ class TableVersion:
     key: Key | None = None
     rows: int | None = None
     changed: bool = True
+    stats: TableStats | None = None
 
     @classmethod
     def of_task(
-        cls, task: ScanTask, version: int, rows: int | None = None, changed: bool = True
+        cls,
+        task: ScanTask,
+        version: int,
+        rows: int | None = None,
+        changed: bool = True,
+        stats: TableStats | None = None,
     ) -> TableVersion:
         """A new version of ``task``'s table, made on the version ``task`` pins."""
         pin = Pin(task.read_version, task.read_branch, task.read_tag)
-        return cls(task.location, version, task.object_id, pin, None, rows, changed)
+        return cls(task.location, version, task.object_id, pin, None, rows, changed, stats)
 
     @classmethod
-    def new_table(cls, key: Key, location: str, version: int, rows: int) -> TableVersion:
+    def new_table(
+        cls, key: Key, location: str, version: int, rows: int, stats: TableStats | None
+    ) -> TableVersion:
         """The table of a new partition ``key``, created at ``location``."""
-        return cls(location, version, key=key, rows=rows)
+        return cls(location, version, key=key, rows=rows, stats=stats)
 
     @property
     def base_version(self) -> int | None:
@@ -83,12 +93,25 @@ class TableVersion:
         return Use(self.location, self.version, self.base_version, made_at)
 
 
+def stats_record(edit: ManifestEdit, version: int, stats: TableStats | None) -> dict[str, Any]:
+    """The manifest columns recording ``stats`` of table version ``version`` (none recorded:
+    the column is cleared, so statistics of an earlier version never describe this one); the
+    statistics column is added to the manifest with ``edit`` when it has none yet."""
+    if not any(f.name == STATS_COLUMN for f in edit.new_columns):
+        edit.new_columns.append(stats_field())
+    return {STATS_COLUMN: None if stats is None else stats.to_json(version)}
+
+
 def pin_version(
-    edit: ManifestEdit, object_id: str, version: int, location: str | None = None
+    edit: ManifestEdit,
+    object_id: str,
+    version: int,
+    stats: TableStats | None,
+    location: str | None = None,
 ) -> None:
     """Move the pin of the registered table ``object_id`` to ``version`` (and its
-    ``location``, when given) in ``edit``."""
-    columns: dict[str, Any] = {"read_version": version}
+    ``location``, when given) in ``edit``, with the statistics of that version."""
+    columns: dict[str, Any] = {"read_version": version, **stats_record(edit, version, stats)}
     if location is not None:
         columns["location"] = location
     edit.upserts[object_id] = columns
@@ -102,10 +125,12 @@ def add_table(
     version: int,
     namespaces: Namespaces,
     name_of: NameOf,
+    stats: TableStats | None,
 ) -> str:
     """Register in ``edit`` the table of the new partition ``key`` of ``spec`` at
-    ``location`` / ``version``, with the partition namespaces above it that ``namespaces``
-    (updated) lacks, named by ``name_of``; the table's object id."""
+    ``location`` / ``version`` (with the statistics of that version), with the partition
+    namespaces above it that ``namespaces`` (updated) lacks, named by ``name_of``; the
+    table's object id."""
     path = [spec.namespace]
     row_values: dict[str, Any] = {}
     for level, f in enumerate(spec.fields, start=1):
@@ -123,6 +148,7 @@ def add_table(
         "location": location,
         "metadata": "{}",
         "read_version": version,
+        **stats_record(edit, version, stats),
         **row_values,
     }
     return oid
@@ -144,5 +170,6 @@ __all__ = [
     "TableVersion",
     "add_table",
     "pin_version",
+    "stats_record",
     "table_object_id",
 ]

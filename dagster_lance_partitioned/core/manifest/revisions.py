@@ -62,7 +62,7 @@ def register(
             ):
                 skipped.append(r.object_id)
                 continue
-            pin_version(edit, r.object_id, r.version)
+            pin_version(edit, r.object_id, r.version, r.stats)
             edit.uses.append(use(r))
             committed.append(r.object_id)
         if not committed:

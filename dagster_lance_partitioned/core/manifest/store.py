@@ -56,6 +56,7 @@ from .commit_summary import (
 )
 from .edit import ManifestEdit, build_transaction, upkeep
 from .locations import check_row_locations
+from .stats import STATS_COLUMN, TableStats
 
 MANIFEST_DIR = storage.MANIFEST_DIR
 PK_KEY = "lance-schema:unenforced-primary-key:position"
@@ -169,10 +170,18 @@ class TableEntry:
     read_branch: str | None
     read_tag: str | None
     metadata: str | None = None
+    stats_text: str | None = None  # the row's statistics column, as stored (see .stats)
 
     def partition_values(self, spec: PartitionSpec) -> dict[str, Any]:
         """Partition values keyed by field id."""
         return {f.field_id: v for f, v in zip(spec.fields, self.values, strict=True)}
+
+    @functools.cached_property
+    def stats(self) -> TableStats | None:
+        """The statistics of the pinned table version (None: none recorded for it, e.g. the
+        row's pin was moved by another writer, or it pins a branch or tag)."""
+        pinned = self.read_version if self.read_branch is None and self.read_tag is None else None
+        return TableStats.from_json(self.stats_text, pinned)
 
 
 def _spec_id_of(object_id: str) -> int | None:
@@ -538,7 +547,7 @@ class ManifestSnapshot:
                 bad = column(sub, "object_id")[locations.index(None)]
                 raise ManifestError(f"manifest table row {bad!r} has no location")
             values = list(zip(*(column(sub, f.column) for f in spec.fields), strict=True))
-            for oid, loc, vals, rv, rb, rt, meta in zip(
+            for oid, loc, vals, rv, rb, rt, meta, stats in zip(
                 column(sub, "object_id"),
                 locations,
                 values,
@@ -546,9 +555,10 @@ class ManifestSnapshot:
                 column(sub, "read_branch"),
                 column(sub, "read_tag"),
                 column(sub, "metadata"),
+                column(sub, STATS_COLUMN),
                 strict=True,
             ):
-                tables.append(TableEntry(oid, loc, spec.spec_id, vals, rv, rb, rt, meta))
+                tables.append(TableEntry(oid, loc, spec.spec_id, vals, rv, rb, rt, meta, stats))
             is_ns = pc.and_(in_spec, pc.equal(types, "namespace"))
             for level in range(1, len(spec.fields) + 1):
                 sub = rows.filter(pc.and_(is_ns, pc.equal(depth, level)))

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 from ..boundary import storage_boundary
 from ..manifest.state import NamespaceState, registered_partitions
 from ..read.filters import FilterLike
-from . import health, maintenance
+from . import health, maintenance, statistics
 from .health import IntegrityIssue, Orphan, SchemaIssue, UncommittedVersion, VersionIssue
 from .history import Commit, commits
 from .maintenance import CleanupResult, CompactResult, DropResult, VacuumResult
+from .statistics import StatisticsResult
 
 if TYPE_CHECKING:
     from ..search.catalog import IndexResult
@@ -62,6 +63,16 @@ class Maintenance:
         """Deregister, in one manifest commit, the partitions all of whose rows match
         ``filter`` (refused, changing nothing, when a partition matches only in part)."""
         return maintenance.drop_partitions(self.state, filter)
+
+    @storage_boundary("collecting statistics")
+    def collect_statistics(
+        self, filter: FilterLike = None, *, refresh: bool = False
+    ) -> StatisticsResult:
+        """Read the selected partition tables that have no statistics for their pinned
+        version (``refresh``: all of them) and register their statistics in one manifest
+        commit (no table version changes; see :mod:`.statistics`). Reads then skip the tables
+        whose statistics prove a filter matches none of their rows."""
+        return statistics.collect_statistics(self.state, filter, refresh=refresh)
 
     @storage_boundary("optimizing indexes")
     def optimize_indexes(self, filter: FilterLike = None) -> IndexResult:

@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from .. import storage
 from ..errors import HiveImportError, NamespaceExistsError, SchemaError
 from ..manifest.naming import NAMING_KEY, NamespaceNaming, new_naming_key
+from ..manifest.stats import stats_field
 from ..manifest.store import (
     SCHEMA_KEY,
     SEP,
@@ -403,6 +404,7 @@ def import_hive(
     manifest_schema = base_manifest_schema()
     for f in partition_field_columns([spec]):
         manifest_schema = manifest_schema.append(f)
+    manifest_schema = manifest_schema.append(stats_field())
     table = pa.Table.from_pylist(rows, schema=manifest_schema)
     metadata = {
         SCHEMA_KEY: json.dumps(arrow_json.schema_to_json(ns_schema), separators=(",", ":")),

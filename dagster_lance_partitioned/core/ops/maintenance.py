@@ -38,11 +38,12 @@ from ..manifest.state import HasState, NamespaceState, load_snapshot, state_of
 from ..manifest.store import ManifestSnapshot, ManifestStore, delete_empty_namespaces
 from ..read.filters import FilterLike, to_sql
 from ..read.planning import ScanTask, plan_scan
-from ..read.scan import count_matching, open_table
+from ..read.scan import collect, count_matching, open_table
 from ..schema.namespace_schema import snapshot_schema
 from ..search.build import index_version
 from ..search.declaration import declarations
 from ..table_files import VersionFiles
+from ..write.pending import data_bytes
 from .health import (
     ORPHAN_GRACE,
     TableListing,
@@ -157,6 +158,7 @@ def _compact_table(ns: NamespaceState, task: ScanTask, target_rows: int) -> _Com
         return None  # the fragments are already as large as the target allows
     schema = ds.schema
     reader = pa.RecordBatchReader.from_batches(schema, ds.to_batches())
+    known = task.stats if task.stats is not None else collect(task, ns.schema_with_ids, opts)
     fragments = write_fragments(
         reader,
         task.uri,
@@ -182,7 +184,9 @@ def _compact_table(ns: NamespaceState, task: ScanTask, target_rows: int) -> _Com
         object_id=task.object_id,
         dataset=new,
     ).version
-    return _Compacted(TableVersion.of_task(task, version), before, len(fragments))
+    found = known.with_bytes(data_bytes(fragments))  # exactly the pinned version's rows
+    revision = TableVersion.of_task(task, version, stats=found)
+    return _Compacted(revision, before, len(fragments))
 
 
 def compact(
@@ -205,7 +209,7 @@ def compact(
         raise ValueError("target_rows_per_fragment must be at least 1")
     ns.store.check_store()  # before anything is written
     made_at = epoch(ns.refresh().snapshot)
-    plan = ns.plan_scan(filter)
+    plan = ns.plan_scan(filter, by_stats=False)
     done = [
         c
         for c in parallel_map(
@@ -563,10 +567,10 @@ def drop_partitions(ns: NamespaceState | HasState, filter: FilterLike) -> DropRe
     version references them); partition namespaces left empty are deleted in the same commit."""
     ns = state_of(ns)
     _refuse_pinned(ns, "drop partitions")
-    sql = to_sql(filter)
-    if sql is None:
+    if to_sql(filter) is None:
         raise WriteError("drop_partitions needs a filter (the rows whose partitions to drop)")
-    ns.refresh()
+    sql = ns.refresh().row_filter(filter)
+    assert sql is not None
     opts = ns.storage_options
     counted: dict[tuple[str, Pin], tuple[int, int]] = {}  # (location, pin) -> (matching, rows)
 
@@ -582,7 +586,7 @@ def drop_partitions(ns: NamespaceState | HasState, filter: FilterLike) -> DropRe
     def plan_commit(snap: ManifestSnapshot) -> ManifestEdit:
         dropped.clear()
         schema = snapshot_schema(snap, f"{ns.uri} (__manifest version {snap.version})")
-        tasks = list(plan_scan(snap, schema, ns.uri, sql).tasks)
+        tasks = list(plan_scan(snap, schema, ns.uri, sql, by_stats=False).tasks)
         counts = parallel_map(lambda t: count(t, schema), tasks)
         partial = [t for t, (match, rows) in zip(tasks, counts, strict=True) if 0 < match < rows]
         if partial:

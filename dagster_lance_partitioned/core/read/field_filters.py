@@ -9,15 +9,16 @@ of the source column ahead of it, so the scan prunes partitions of every spec ve
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from ..errors import FilterError
 from ..spec.describe import field_text, window_of
-from ..spec.partition_spec import SpecField, source_names, source_types
+from ..spec.partition_spec import PartitionSpec, SpecField, source_names, source_types
 from ..spec.transforms import ExpressionTransform, Granularity
 from ..spec.windows import Span, window_span, year_span
 from .filters import first_line, parse, quote_ident
@@ -40,8 +41,16 @@ from .predicates import (
     to_sql,
 )
 
-if TYPE_CHECKING:
-    from ..namespace import PartitionedNamespace
+
+class Namespace(Protocol):
+    """What a filter is resolved against (a ``PartitionedNamespace``): its schema with field
+    ids and every spec version."""
+
+    @property
+    def schema_with_ids(self) -> pa.Schema: ...
+
+    @property
+    def specs(self) -> list[PartitionSpec]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +72,14 @@ class ResolvedFilter:
     fields: tuple[tuple[str, str], ...] = ()  # (field id, description) of the ids named
     partition_pred: Pred = TRUE  # the filter's conditions on field ids, over partition values
     rows_problem: str | None = None  # why ``sql`` does not select the matching rows exactly
+    fields_only: bool = False  # every condition of the filter is on a field id
+
+    def implied(self, values: dict[str, Any]) -> bool:
+        """Whether every row of a partition with these values matches the filter: it names
+        only partition fields, and these values satisfy it."""
+        if not self.fields_only or any(fid not in values for fid, _ in self.fields):
+            return False
+        return holds(self.partition_pred, values) is True
 
     def keeps(self, values: dict[str, Any]) -> bool:
         """Whether a partition with these values may hold rows matching the filter (False
@@ -79,16 +96,35 @@ class ResolvedFilter:
         return self.sql
 
 
-def resolve_filter(ns: PartitionedNamespace, given: str | None) -> ResolvedFilter:
+def resolve_filter(ns: Namespace, given: str | None) -> ResolvedFilter:
+    """``given`` with every partition field id it names (that is not also a column) rewritten
+    (see :func:`resolved`), over ``ns``'s schema and spec versions."""
+    return resolved(given, ns.schema_with_ids, tuple(ns.specs))
+
+
+def row_filter(given: str | None, schema: pa.Schema, specs: Sequence[PartitionSpec]) -> str | None:
+    """The filter ``given`` selecting exactly its rows over ``schema`` (with field ids) and the
+    spec versions ``specs``: partition field ids it names read as what they stand for (see
+    :func:`resolved`); raises :class:`FilterError` when a named field's expression cannot be
+    written as a filter."""
+    if not given or not given.strip():
+        return None
+    return resolved(given, schema, tuple(specs)).row_filter()
+
+
+@functools.lru_cache(maxsize=256)
+def resolved(
+    given: str | None, schema: pa.Schema, specs: tuple[PartitionSpec, ...]
+) -> ResolvedFilter:
     """``given`` with every partition field id it names (that is not also a column) rewritten:
     the field's own expression over its source columns (so rows are selected exactly), and,
     for identity, time-window and year fields, the matching range of the source column ahead
-    of it (so the scan prunes partitions of every spec version)."""
+    of it (so the scan prunes partitions of every spec version). ``specs``: every spec
+    version, oldest first."""
     sql = given.strip() if given else None
     if not sql:
         return ResolvedFilter(None, None)
-    schema = ns.schema_with_ids
-    named = _nameable_fields(ns, schema)
+    named = _nameable_fields(specs, schema)
     refs = [r for r in _identifiers(sql) if _reference(sql, r, named) is not None]
     if not refs:
         return ResolvedFilter(sql, sql)
@@ -119,6 +155,7 @@ def resolve_filter(ns: PartitionedNamespace, given: str | None) -> ResolvedFilte
         tuple((fid, field_text(n.field, schema)) for fid, n in used.items()),
         _on_fields(pred, set(used)),
         problem,
+        _fields_only(pred, set(used)),
     )
 
 
@@ -138,12 +175,11 @@ def _unfilterable(used: dict[str, _Named], schema: pa.Schema) -> str | None:
     return None
 
 
-def _nameable_fields(ns: PartitionedNamespace, schema: pa.Schema) -> dict[str, _Named]:
-    """Field id -> field, for the ids of every spec version (the current one first) that are
-    not column names and whose sources are all still columns."""
+def _nameable_fields(specs: Sequence[PartitionSpec], schema: pa.Schema) -> dict[str, _Named]:
+    """Field id -> field, for the ids of every spec version (the newest first) that are not
+    column names and whose sources are all still columns."""
     out: dict[str, _Named] = {}
-    specs = [ns.current_spec] + [s for s in reversed(ns.specs) if s is not ns.current_spec]
-    for spec in specs:
+    for spec in sorted(specs, key=lambda s: s.spec_id, reverse=True):
         for f in spec.fields:
             if f.field_id in out or schema.get_field_index(f.field_id) >= 0:
                 continue
@@ -234,6 +270,16 @@ def _on_fields(pred: Pred, fields: set[str]) -> Pred:
     if isinstance(pred, Or):
         return disj([_on_fields(p, fields) for p in pred.parts])
     return pred if getattr(pred, "column", None) in fields else TRUE
+
+
+def _fields_only(pred: Pred, fields: set[str]) -> bool:
+    """Whether every condition of ``pred`` is on one of ``fields`` (a condition the tree could
+    not read is not)."""
+    if isinstance(pred, Const):
+        return True
+    if isinstance(pred, And | Or):
+        return all(_fields_only(p, fields) for p in pred.parts)
+    return getattr(pred, "column", None) in fields
 
 
 def _source_hint(pred: Pred, used: dict[str, _Named]) -> Pred:

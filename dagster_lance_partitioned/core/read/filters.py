@@ -18,7 +18,7 @@ from datafusion.common import RexType
 
 from ..errors import FilterError, clean_message
 
-FilterLike = str | Sequence[tuple[str, str, Any]] | None
+FilterLike = str | tuple[str, str, Any] | Sequence[tuple[str, str, Any]] | None
 _OPS = {"=", "==", "!=", "<>", "<", "<=", ">", ">=", "in", "not in", "is null", "is not null"}
 _TABLE = "__dlp_filter"
 
@@ -61,12 +61,25 @@ def quote_ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def _one_tuple(filter: object) -> bool:
+    """Whether ``filter`` is one ``(column, op, value)`` tuple rather than a list of them."""
+    return (
+        isinstance(filter, tuple)
+        and len(filter) == 3
+        and isinstance(filter[0], str)
+        and isinstance(filter[1], str)
+        and filter[1].lower().strip() in _OPS
+    )
+
+
 def to_sql(filter: FilterLike) -> str | None:
     """The filter as one DataFusion SQL predicate string (None when there is no filter)."""
     if filter is None:
         return None
     if isinstance(filter, str):
         return filter.strip() or None
+    if _one_tuple(filter):
+        filter = [filter]  # type: ignore[list-item]
     if not isinstance(filter, Sequence):
         raise FilterError(
             f"a filter is a SQL string or a list of (column, op, value) tuples, got {filter!r}"
@@ -265,7 +278,14 @@ def to_lance_sql(sql: str, schema: pa.Schema) -> str:
         # Lance's scanner misreads zoned timestamp literals (it drops the offset): such
         # filters are applied by DataFusion after reading instead
         raise FilterError(f"filter {sql!r} compares zoned timestamps; not pushed to Lance")
+    if _SUB_MICROSECOND.search(text):
+        # Lance reads a DATETIME literal to the microsecond: nanoseconds would be dropped
+        raise FilterError(f"filter {sql!r} has a nanosecond timestamp; not pushed to Lance")
     return text
+
+
+# a timestamp literal with a non-zero digit below the microsecond
+_SUB_MICROSECOND = re.compile(r"'\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\.\d{6}\d*[1-9]\d*'")
 
 
 # -- what a filter may not be -----------------------------------------------------------------
@@ -498,7 +518,7 @@ def _check_nodes(sql: str, plan: Any) -> None:
 
 
 def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return first_line(e)
 
 
 def _find_filter(plan: Any) -> dfn.Expr | None:

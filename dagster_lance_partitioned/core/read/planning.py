@@ -11,10 +11,12 @@ from typing import Any
 import pyarrow as pa
 
 from .. import storage
+from ..manifest.stats import TableStats
 from ..manifest.store import ManifestSnapshot, TableEntry
 from ..spec.partition_constants import identity_constants
 from ..spec.partition_spec import PartitionSpec
 from ..table_files import check_known_files
+from .field_filters import ResolvedFilter, resolved
 from .filters import FilterLike, literal_value, parse, to_sql
 from .predicates import (
     CMP_OPS,
@@ -39,6 +41,7 @@ from .pruning import (
     scan_manifest,
     select_tables,
 )
+from .stats_pruning import StatsPruner
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,13 @@ class ScanTask:
     # every row of the table satisfies the plan's filter (it only tests identity partition
     # columns, on values this partition holds): the table is read without it
     filter_implied: bool = False
+    # what the manifest knows of the pinned version's rows (None: nothing recorded)
+    stats: TableStats | None = field(default=None, compare=False)
+
+    @property
+    def rows(self) -> int | None:
+        """The rows of the pinned version, from the manifest (None: not recorded)."""
+        return None if self.stats is None else self.stats.rows
 
     @property
     def root(self) -> str:
@@ -77,6 +87,10 @@ class ScanPlan:
     source_predicate: str = "TRUE"
     predicates: tuple[tuple[int, str], ...] = ()  # (spec id, manifest predicate SQL)
     snapshot: ManifestSnapshot | None = field(default=None, repr=False, compare=False)
+    # tables the partition values kept whose statistics prove no row matches (not read), and
+    # how many of the tables kept had statistics to judge by
+    pruned_by_stats: tuple[str, ...] = ()
+    with_stats: int = 0
 
     @property
     def total_partitions(self) -> int:
@@ -87,10 +101,15 @@ class ScanPlan:
     def specs(self) -> tuple[SpecPruning, ...]:
         """Per spec version: the manifest predicate and the partitions it keeps / has."""
         totals = self._totals()
+        by_stats = set(self.pruned_by_stats)
+        kept: dict[int, int] = {}
+        for t in self.tasks:
+            kept[t.spec_id] = kept.get(t.spec_id, 0) + 1
+        for oid in by_stats:  # kept by their partition values
+            sid = _spec_id(oid)
+            kept[sid] = kept.get(sid, 0) + 1
         return tuple(
-            SpecPruning(
-                sid, sql, sum(1 for t in self.tasks if t.spec_id == sid), totals.get(sid, 0)
-            )
+            SpecPruning(sid, sql, kept.get(sid, 0), totals.get(sid, 0))
             for sid, sql in self.predicates
         )
 
@@ -104,8 +123,14 @@ class ScanPlan:
 
     @property
     def pruned(self) -> int:
-        """How many registered partition tables the plan skips."""
+        """How many registered partition tables the plan skips (by partition values and by
+        statistics)."""
         return self.total_partitions - len(self.tasks)
+
+    @property
+    def pruned_by_values(self) -> int:
+        """How many registered partition tables their partition values rule out."""
+        return self.pruned - len(self.pruned_by_stats)
 
     def explain(self) -> str:
         """A readable account of the plan: per spec version, the manifest predicate and how
@@ -120,6 +145,10 @@ class ScanPlan:
                 f"  spec v{sp.spec_id}: keep {sp.kept} / {sp.total} partitions where {sp.predicate}"
             )
         lines.append(
+            f"  pruned by partition values: {self.pruned_by_values}; by statistics: "
+            f"{len(self.pruned_by_stats)} (of {self.with_stats} kept tables with statistics)"
+        )
+        lines.append(
             f"  residual filter in each partition scan: {self.residual_filter or '(none)'}"
         )
         lines.append(f"  manifest query: {self.manifest_query}")
@@ -132,6 +161,9 @@ class ScanPlan:
             "filter": self.residual_filter,
             "total_partitions": self.total_partitions,
             "kept_partitions": len(self.tasks),
+            "pruned_by_values": self.pruned_by_values,
+            "pruned_by_stats": len(self.pruned_by_stats),
+            "tables_with_stats": self.with_stats,
             "specs": [
                 {
                     "spec_id": s.spec_id,
@@ -163,26 +195,43 @@ def plan_scan(
     schema: pa.Schema,
     root: str,
     filter: FilterLike = None,
+    by_stats: bool = True,
 ) -> ScanPlan:
     """Tasks for the partition tables that may hold rows matching ``filter``: the filter is
-    projected onto every spec version's partition columns and ``__manifest`` is queried once.
+    projected onto every spec version's partition columns and ``__manifest`` is queried once;
+    then (``by_stats``) the tables whose statistics prove that no row matches are left out
+    (see :mod:`.stats_pruning`). Operations that act on whole partitions whatever their rows
+    (maintenance, index builds) plan without statistics.
 
     What depends only on the filter, the schema and the manifest version (the compiled
     filter, its projections, the manifest query, the tables it selects and their tasks) is
     computed once per process; the tables' directories are checked for links on every call
     (see :func:`.storage.check_table_dir`)."""
-    sql = to_sql(filter)
+    specs = tuple(s for _, s in sorted(snapshot.specs.items()))
+    named = resolved(to_sql(filter), schema, specs)  # partition field ids read as such
+    sql = named.row_filter()
     shape = _shape(sql, schema, tuple(sorted(snapshot.specs.items())), snapshot.arrow_schema)
 
-    def make() -> tuple[pa.Schema, tuple[ScanTask, ...]]:
+    def make() -> tuple[pa.Schema, tuple[ScanTask, ...], tuple[str, ...], int]:
         tables = _selected_tables(snapshot, shape)
         specs = snapshot.specs
-        return schema, tuple(_task(t, specs[t.spec_id], root, schema, shape.exact) for t in tables)
+        pruner = shape.pruner if by_stats else None
+        pruned: tuple[str, ...] = ()
+        judged = 0
+        if pruner is not None:
+            judged = sum(1 for t in tables if t.stats is not None)
+            kept = [t for t in tables if pruner.may_match(t.stats)]
+            if len(kept) != len(tables):
+                ids = {t.object_id for t in kept}
+                pruned = tuple(t.object_id for t in tables if t.object_id not in ids)
+            tables = kept
+        tasks = tuple(_task(t, specs[t.spec_id], root, schema, shape.exact, named) for t in tables)
+        return schema, tasks, pruned, judged
 
     # keyed by the schema object (kept with the tasks, so that its id is not reused)
-    made, tasks = snapshot.memo(("tasks", root, id(schema), sql), make)
+    made, tasks, pruned, judged = snapshot.memo(("tasks", root, id(schema), sql, by_stats), make)
     if made is not schema:
-        made, tasks = make()
+        made, tasks, pruned, judged = make()
     for task in tasks:  # at the moment of use, in this thread (see core/table_files.py)
         storage.check_table_dir(root, task.location, task.object_id)
         check_known_files(root, task.location, task.read_version, task.object_id)
@@ -203,6 +252,8 @@ def plan_scan(
         shape.source_sql,
         shape.predicate_sql,
         snapshot,
+        pruned,
+        judged,
     )
 
 
@@ -216,6 +267,7 @@ class _Shape:
     predicate_sql: tuple[tuple[int, str], ...]
     exact: tuple[Leaf, ...] | None  # the filter is exactly the AND of these leaves
     key: tuple[tuple[int, Pred], ...]  # the predicates, hashable
+    pruner: StatsPruner | None  # judges tables by their statistics (None: nothing to judge)
 
 
 @functools.lru_cache(maxsize=256)
@@ -243,7 +295,13 @@ def _shape(
         tuple((sid, pred_sql(pred, types)) for sid, pred in sorted(predicates.items())),
         _exact_conjuncts(expr, schema) if expr is not None else (),
         tuple(sorted(predicates.items(), key=lambda item: item[0])),
+        StatsPruner.of(source, schema),
     )
+
+
+def _spec_id(object_id: str) -> int:
+    head = object_id.split("$", 1)[0]
+    return int(head[1:]) if head[1:].isdigit() else -1
 
 
 def _selected_tables(snapshot: ManifestSnapshot, shape: _Shape) -> list[TableEntry]:
@@ -417,6 +475,7 @@ def _task(
     root: str,
     schema: pa.Schema,
     exact: tuple[Leaf, ...] | None = None,
+    named: ResolvedFilter | None = None,
 ) -> ScanTask:
     values = entry.partition_values(spec)
     storage.check_table_refs(entry.object_id, entry.location, entry.read_branch, entry.read_tag)
@@ -432,5 +491,6 @@ def _task(
         entry.spec_id,
         values,
         constants,
-        _implied(exact, constants),
+        _implied(exact, constants) or (named is not None and named.implied(values)),
+        entry.stats,
     )

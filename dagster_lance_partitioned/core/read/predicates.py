@@ -76,7 +76,15 @@ class Like(Pred):
     negated: bool = False
 
 
-Leaf = Cmp | InSet | IsNull | Like
+@dataclass(frozen=True)
+class IsNan(Pred):
+    """``isnan(column)`` (``NOT isnan(column)`` when negated; NULL matches neither)."""
+
+    column: str
+    negated: bool = False
+
+
+Leaf = Cmp | InSet | IsNull | Like  # what partition values can be projected from
 
 
 def conj(parts: list[Pred]) -> Pred:
@@ -124,8 +132,21 @@ def from_datafusion(expr: dfn.Expr, schema: pa.Schema) -> Pred:
 # the expression kinds pruning reads (others, e.g. function calls, DataFusion's Python binding
 # cannot always convert, and pruning keeps every partition for them)
 _CONVERTED = frozenset(
-    ("Alias", "Not", "BinaryExpr", "IsNull", "IsNotNull", "InList", "Between", "Like", "Literal")
+    (
+        "Alias",
+        "Not",
+        "BinaryExpr",
+        "IsNull",
+        "IsNotNull",
+        "InList",
+        "Between",
+        "Like",
+        "Literal",
+        "ScalarFunction",
+    )
 )
+# isnan of one column, as DataFusion names the call (the binding cannot convert function calls)
+_ISNAN = re.compile(r"isnan\((?:__dlp_filter\.)?(.+)\)", re.DOTALL)
 
 
 def _name(expr: dfn.Expr) -> str | None:
@@ -147,6 +168,8 @@ def _convert(expr: dfn.Expr, schema: pa.Schema, negate: bool) -> Pred:
     kind = expr.variant_name()
     if kind not in _CONVERTED:
         return UNKNOWN
+    if kind == "ScalarFunction":
+        return _function(expr, schema, negate)
     v = expr.to_variant()
     if kind == "Alias":
         return _convert(v.expr(), schema, negate)
@@ -223,6 +246,17 @@ def _convert(expr: dfn.Expr, schema: pa.Schema, negate: bool) -> Pred:
     return UNKNOWN
 
 
+def _function(expr: dfn.Expr, schema: pa.Schema, negate: bool) -> Pred:
+    """``isnan(column)`` of a floating-point column; other calls prune nothing."""
+    found = _ISNAN.fullmatch(expr.canonical_name())
+    if found is None:
+        return UNKNOWN
+    col = found.group(1)
+    if schema.get_field_index(col) < 0 or not pa.types.is_floating(schema.field(col).type):
+        return UNKNOWN
+    return IsNan(col, negated=negate)
+
+
 def _fold(parts: list[Pred], is_and: bool) -> Pred:
     if is_and:
         known = [p for p in parts if p is not UNKNOWN]
@@ -257,6 +291,11 @@ def holds(pred: Pred, row: dict[str, Any]) -> bool | None:
         return out
     if isinstance(pred, IsNull):
         return (row.get(pred.column) is None) != pred.negated
+    if isinstance(pred, IsNan):
+        value = row.get(pred.column)
+        if value is None:
+            return None
+        return (isinstance(value, float) and math.isnan(value)) != pred.negated
     if not isinstance(pred, Cmp | InSet | Like):
         return True  # an unknown node: keep the partition
     value = row.get(pred.column)
@@ -365,4 +404,6 @@ def to_sql(pred: Pred, types: dict[str, pa.DataType], dialect: str = "datafusion
     if isinstance(pred, Like):
         pattern = "'" + pred.pattern.replace("'", "''") + "'"
         return f"{quote_ident(pred.column)} {'NOT LIKE' if pred.negated else 'LIKE'} {pattern}"
+    if isinstance(pred, IsNan):
+        return f"{'NOT ' if pred.negated else ''}isnan({quote_ident(pred.column)})"
     return "TRUE"  # unknown conditions never prune

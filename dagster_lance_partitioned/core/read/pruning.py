@@ -17,6 +17,7 @@ from typing import Any
 import datafusion as dfn
 import pyarrow as pa
 
+from ..manifest.stats import STATS_COLUMN
 from ..manifest.store import SEP, ManifestSnapshot, TableEntry
 from ..spec.expressions import CompiledExpression, coerce_result, compiled, ordered_context
 from ..spec.partition_spec import PartitionSpec, SpecField, source_names, source_types
@@ -31,6 +32,7 @@ from .predicates import (
     Cmp,
     Const,
     InSet,
+    IsNan,
     IsNull,
     Leaf,
     Like,
@@ -86,6 +88,8 @@ class SpecProjector:
             return conj([self.project(p) for p in pred.parts] + self._multi_source(pred.parts))
         if isinstance(pred, Or):
             return disj([self.project(p) for p in pred.parts])
+        if isinstance(pred, IsNan):
+            return TRUE  # partition values say nothing of NaN (a NaN partition matches)
         assert isinstance(pred, Cmp | InSet | IsNull | Like)
         return conj(self._leaf(pred))
 
@@ -388,6 +392,7 @@ _ENTRY_COLUMNS = (
     "read_version",
     "read_branch",
     "read_tag",
+    STATS_COLUMN,
 )
 
 

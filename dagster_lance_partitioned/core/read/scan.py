@@ -30,6 +30,8 @@ from ..errors import (
     is_storage_failure,
     storage_error,
 )
+from ..manifest import stats
+from ..manifest.stats import TableStats
 from ..manifest.store import clear_version_cache
 from ..schema.arrow_json import strip_field_ids
 from ..schema.conform import column_sources, conform_for_read
@@ -412,6 +414,20 @@ def count_matching(
     return sum(b.num_rows for b in batches)
 
 
+def collect(
+    task: ScanTask, schema: pa.Schema, storage_options: dict[str, str] | None
+) -> TableStats:
+    """The statistics of ``task``'s table at its pin, read as scans read it (in the namespace
+    schema ``schema``, with field ids: renamed columns by id, identity partition columns a
+    table does not store filled with their value), with the size of its data files."""
+    plain = _plain(schema)
+    batches = iter_task_batches(task, schema, None, None, storage_options, TABLE_BATCH_ROWS)
+    found = stats.of_batches((pa.Table.from_batches([b], schema=plain) for b in batches), schema)
+    ds = open_table(task, storage_options)
+    size = sum(int(f.file_size_bytes or 0) for g in ds.get_fragments() for f in g.metadata.files)
+    return found.with_bytes(size)
+
+
 def count_plan_rows(
     plan: ScanPlan,
     schema: pa.Schema,
@@ -429,6 +445,8 @@ def count_plan_rows(
     translated = lance_filter(sql, plain)
 
     def count(task: ScanTask) -> int:
+        if (not sql or task.filter_implied) and task.rows is not None:
+            return task.rows  # recorded in the manifest: no table is opened
         if not sql or task.filter_implied:
             prepared = _guarded(
                 task,
@@ -441,7 +459,7 @@ def count_plan_rows(
         return sum(b.num_rows for b in batches)
 
     workers = min(scan_concurrency(tasks[0].uri, concurrency), len(tasks))
-    if workers <= 1:
+    if workers <= 1 or all((not sql or t.filter_implied) and t.rows is not None for t in tasks):
         return sum(count(t) for t in tasks)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dlp-count") as pool:
         return sum(pool.map(count, tasks))

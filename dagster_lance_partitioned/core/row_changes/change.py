@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from ..manifest.stats import TableStats
+
 
 @dataclass(frozen=True)
 class RowChangeResult:
@@ -91,7 +93,8 @@ class Applied:
     version itself when the change changed nothing).
 
     ``updated`` / ``inserted``: upsert input rows written that matched (here or elsewhere) /
-    did not; ``deleted``: stored rows removed by ``delete_filter`` or ``delete_keys``."""
+    did not; ``deleted``: stored rows removed by ``delete_filter`` or ``delete_keys``;
+    ``stats``: what is known of the version's rows (None: nothing)."""
 
     version: int
     rows: int
@@ -99,3 +102,4 @@ class Applied:
     inserted: int = 0
     deleted: int = 0
     changed: bool = True
+    stats: TableStats | None = None  # what is known of the version's rows

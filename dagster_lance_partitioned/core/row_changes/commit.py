@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ..concurrency import parallel_map
 from ..errors import CommitConflictError, StaleChangeError
-from ..manifest import retire
+from ..manifest import retire, stats
 from ..manifest.commit_summary import WRITER_ID, CommitSummary, Operation
 from ..manifest.edit import ManifestEdit, NothingToCommit
 from ..manifest.naming import NamespaceNaming, ensure_naming_key
@@ -177,7 +177,9 @@ def _materialize(
         if change.counted:
             counts.updated += done.updated
             counts.inserted += done.inserted
-        outcomes.append(TableVersion.of_task(task, done.version, done.rows, done.changed))
+        outcomes.append(
+            TableVersion.of_task(task, done.version, done.rows, done.changed, done.stats)
+        )
     write_schema = table_write_schema(p.schema)
     jobs: list[tuple[Key, str, pa.Table]] = []
     for key, parts in sorted(p.creates.items(), key=lambda kv: repr(kv[0])):
@@ -190,7 +192,8 @@ def _materialize(
         jobs.append((key, location, rows))
     made = parallel_map(lambda j: executor.create(j[1], j[2]), jobs, executor.threads)
     for (key, location, rows), version in zip(jobs, made, strict=True):
-        outcomes.append(TableVersion.new_table(key, location, version, rows.num_rows))
+        found = stats.of_table(rows, p.schema)
+        outcomes.append(TableVersion.new_table(key, location, version, rows.num_rows, found))
     edit, result = manifest_edit(
         p.snap, p.spec, outcomes, p.deregister, state.name_of, operation, counts
     )
@@ -225,7 +228,7 @@ def manifest_edit(
         elif out.rows == 0:
             removed.add(out.object_id)
         elif out.changed:
-            pin_version(edit, out.object_id, out.version)
+            pin_version(edit, out.object_id, out.version, out.stats)
             changed.append(out.object_id)
     if new:
         edit.new_columns = partition_field_columns([spec])
@@ -235,7 +238,9 @@ def manifest_edit(
         ns_ids = dict(snap.find_namespaces(spec, prefixes))
         for out in sorted(new, key=lambda o: repr(o.key)):
             assert out.key is not None and out.location is not None
-            oid = add_table(edit, spec, out.key, out.location, out.version, ns_ids, name_of)
+            oid = add_table(
+                edit, spec, out.key, out.location, out.version, ns_ids, name_of, out.stats
+            )
             created.append(oid)
     if removed:
         edit.deletes.update(removed)

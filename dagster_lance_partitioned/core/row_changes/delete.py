@@ -33,10 +33,10 @@ def delete_rows(
     the matching rows. A filter is required (``"TRUE"`` deletes everything)."""
     ns = state_of(ns)
     ns.require_unpinned("delete rows")
-    sql = to_sql(filter)
-    if sql is None:
+    if to_sql(filter) is None:
         raise WriteError("delete needs a filter (use 'TRUE' to delete every row)")
-    ns.refresh()
+    sql = ns.refresh().row_filter(filter)
+    assert sql is not None
     check_filter(sql, ns.schema_with_ids)  # a bad filter fails here, before anything is written
     executor = TableExecutor(ns.uri, ns.storage_options)
     counts: dict[tuple[str, int | None, str | None], tuple[int, int]] = {}

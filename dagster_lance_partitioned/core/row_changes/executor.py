@@ -33,7 +33,7 @@ from .. import table_version as tv
 from ..concurrency import table_threads
 from ..errors import PartitionReadError, WriteError, is_storage_failure, storage_error
 from ..lru import Lru
-from ..manifest import retire
+from ..manifest import retire, stats
 from ..read.planning import ScanTask
 from ..read.scan import iter_task_batches, lance_filter, open_table
 from ..schema import arrow_json
@@ -41,6 +41,7 @@ from ..schema.conform import conform_for_write, same_layout, table_write_schema
 from ..search.build import index_version
 from ..search.declaration import IndexDeclaration
 from ..write import MAX_ROWS_PER_FILE
+from ..write.pending import data_bytes
 from . import keys as K
 from .change import Applied, TableEdit
 
@@ -281,6 +282,11 @@ class TableExecutor:
             return Applied(ds.version, ds.count_rows(), updated, inserted, 0, changed=False)
         added = new_rows.num_rows if new_rows is not None else 0
         expected = ds.count_rows() - len(addresses) + added
+        found = None
+        if task.stats is not None:  # the rows kept are known by bounds, the new ones exactly
+            found = task.stats.after_removal(expected - added)
+            if new_rows is not None:
+                found = found.union(stats.of_table(new_rows, schema))
         if expected == 0:  # nothing left: the table is deregistered, no version needed
             return Applied(ds.version, 0, updated, inserted, deleted)
         changed_fragments: list[FragmentMetadata] = []
@@ -304,7 +310,7 @@ class TableExecutor:
         else:
             op = LanceOperation.Append(new_fragments)
         new = self._commit_on(task.uri, ds, op, removed_ids, len(new_fragments), expected)
-        return Applied(new.version, expected, updated, inserted, deleted)
+        return Applied(new.version, expected, updated, inserted, deleted, stats=found)
 
     def _apply_rewrite(
         self, task: ScanTask, ds: lance.LanceDataset, change: TableEdit, schema: pa.Schema
@@ -340,7 +346,8 @@ class TableExecutor:
         fragments = self._write(task.uri, out, write_schema, ds)
         op = LanceOperation.Overwrite(write_schema, fragments)
         new = self._commit(task.uri, op, self._detached(task.uri, ds).version)
-        return Applied(new.version, out.num_rows, updated, inserted, deleted)
+        found = stats.of_table(out, schema, data_bytes(fragments))
+        return Applied(new.version, out.num_rows, updated, inserted, deleted, stats=found)
 
     # -- new tables --------------------------------------------------------------------------
     def create(self, location: str, rows: pa.Table) -> int:

@@ -16,7 +16,7 @@ from ..concurrency import parallel_map
 from ..errors import DuplicateKeyError, MergeKeyError, UnnamedPartitionError, WriteError
 from ..manifest.commit_summary import Operation
 from ..manifest.state import HasState, NamespaceState, state_of
-from ..read.filters import FilterLike, quote_ident, sql_literal, to_sql
+from ..read.filters import FilterLike, quote_ident, sql_literal
 from ..read.filters import check as check_filter
 from ..read.planning import ScanTask
 from ..schema import arrow_json
@@ -121,12 +121,12 @@ def merge_options(
             f"(columns: {', '.join(plain.names)})",
             unknown,
         )
-    scope_sql = to_sql(scope)
+    scope_sql = ns.row_filter(scope)
     if scope_sql is not None and when_not_matched_by_source != "delete":
         raise WriteError("scope only applies with when_not_matched_by_source='delete'")
     if scope_sql is not None:
         check_filter(scope_sql, ns.schema_with_ids)  # a bad scope fails here
-    confine_sql = to_sql(confine)
+    confine_sql = ns.row_filter(confine)
     if confine_sql is not None:
         check_filter(confine_sql, ns.schema_with_ids)
     return MergeOptions(

@@ -14,7 +14,7 @@ from ..concurrency import parallel_map, table_threads
 from ..errors import UpdateExpressionError
 from ..manifest.commit_summary import PROP_FILTER, PROP_SET, Operation
 from ..manifest.state import HasState, NamespaceState, state_of
-from ..read.filters import FilterLike, check_row_expression, quote_ident, to_sql
+from ..read.filters import FilterLike, check_row_expression, quote_ident
 from ..read.filters import check as check_filter
 from ..read.planning import ScanTask
 from ..read.scan import iter_task_batches, lance_filter
@@ -97,8 +97,7 @@ def update_rows(
     current spec they now belong to, in the same commit. ``filter`` None updates every row."""
     ns = state_of(ns)
     ns.require_unpinned("update rows")
-    sql = to_sql(filter)
-    ns.refresh()
+    sql = ns.refresh().row_filter(filter)
     select = compile_set(set, ns.schema_with_ids)
     for column, expr in set.items():
         if expr:  # scalar row expressions only: each row's values from its own row

@@ -153,7 +153,7 @@ class Reindex:
         )
         if done.version == ds.version:
             return None
-        return TableVersion.of_task(task, done.version)
+        return TableVersion.of_task(task, done.version, stats=task.stats)  # the same rows
 
 
 Runner = Callable[[Reindex], list[TableVersion]]
@@ -253,7 +253,7 @@ def create_index(
             )
         value = before  # the same declaration, kept as stored
     made_at = epoch(state.snapshot)
-    revisions = _reindex(state, state.plan_scan(None).tasks, [decl], runner=runner)
+    revisions = _reindex(state, state.plan_scan(None, by_stats=False).tasks, [decl], runner=runner)
     _set_metadata(state, decl.key, value, Operation.CREATE_INDEX, expect=None)
     register(state, revisions, _summary(Operation.CREATE_INDEX, decl.name), made_at)
     return coverage(state, decl.name)
@@ -268,7 +268,7 @@ def drop_index(ns: NamespaceState | HasState, name: str) -> IndexResult:
     state.refresh()
     decl = find(state, name)
     made_at = epoch(state.snapshot)
-    revisions = _reindex(state, state.plan_scan(None).tasks, [], drop=[decl.name])
+    revisions = _reindex(state, state.plan_scan(None, by_stats=False).tasks, [], drop=[decl.name])
     _set_metadata(state, decl.key, None, Operation.DROP_INDEX, expect=decl.to_json())
     done = register(state, revisions, _summary(Operation.DROP_INDEX, decl.name), made_at)
     return IndexResult(done.manifest_version, done.committed, done.skipped)
@@ -287,7 +287,9 @@ def optimize_indexes(
     if not decls:
         return IndexResult(state.version, ())
     made_at = epoch(state.snapshot)
-    revisions = _reindex(state, state.plan_scan(filter).tasks, decls, fold=True, runner=runner)
+    revisions = _reindex(
+        state, state.plan_scan(filter, by_stats=False).tasks, decls, fold=True, runner=runner
+    )
     done: Registered = register(state, revisions, _summary(Operation.OPTIMIZE_INDEXES), made_at)
     return IndexResult(done.manifest_version, done.committed, done.skipped)
 
@@ -312,7 +314,9 @@ def coverages(ns: NamespaceState | HasState, filter: FilterLike = None) -> list[
     decls = declared(state)
     if not decls:
         return []
-    return summarize(decls, table_states(state, decls, state.plan_scan(filter).tasks))
+    return summarize(
+        decls, table_states(state, decls, state.plan_scan(filter, by_stats=False).tasks)
+    )
 
 
 def summarize(

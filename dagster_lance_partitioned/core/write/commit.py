@@ -24,6 +24,7 @@ from ..manifest.commit_summary import WRITER_ID as WRITER_ID  # re-exported by .
 from ..manifest.commit_summary import CommitSummary, Operation
 from ..manifest.edit import ManifestEdit
 from ..manifest.registration import add_table, pin_version, table_object_id
+from ..manifest.stats import union
 from ..manifest.store import (
     ManifestSnapshot,
     ManifestStore,
@@ -209,8 +210,11 @@ class WriteCommit(ABC):
     def register_existing(
         self, pending: PendingPartition, target: TableEntry, version: int, attempt: Attempt
     ) -> PartitionWrite:
-        """Register ``version`` of the registered table ``target`` for ``pending``."""
-        pin_version(attempt.edit, target.object_id, version, target.location)
+        """Register ``version`` of the registered table ``target`` for ``pending`` (its rows
+        replace, or are appended to, those of ``target``'s registered version)."""
+        made = pending.written_stats(self.schema)
+        found = made if self.replaces else union(target.stats, made)
+        pin_version(attempt.edit, target.object_id, version, found, target.location)
         return PartitionWrite(
             target.object_id,
             target.location,
@@ -238,7 +242,14 @@ class WriteCommit(ABC):
             location, version = self.tables.relocated(pending, oid)
         assert version is not None
         add_table(
-            attempt.edit, self.spec, pending.key, location, version, attempt.namespaces, name_of
+            attempt.edit,
+            self.spec,
+            pending.key,
+            location,
+            version,
+            attempt.namespaces,
+            name_of,
+            pending.written_stats(self.schema),
         )
         return PartitionWrite(
             oid,

@@ -218,6 +218,7 @@ class PartitionIngest:
         table = pa.Table.from_batches(
             [rows.materialize() for rows in pending.batches], schema=self.write_schema
         )
+        pending.note_rows(table, self.tables.schema)
         self._buffered -= pending.buffered_bytes
         pending.batches.clear()
         pending.buffered_bytes = 0

@@ -13,6 +13,8 @@ from typing import Any
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
+from ..manifest import stats
+from ..manifest.stats import TableStats
 from ..manifest.store import SEP, TABLE_NAME, ManifestSnapshot, TableEntry
 from ..spec.partition_spec import PartitionSpec
 from ..spec.partitioner import Rows
@@ -42,6 +44,24 @@ class PendingPartition:
     # the rows of ``fragments`` when they were written ahead of opening the table (shaped
     # ``layout``, see write.ahead): kept until the commit, which re-writes them if needed
     ahead: pa.Table | None = None
+    # what is known of the rows this write put in the table (every row noted, see note_rows)
+    stats: TableStats | None = None
+
+    def note_rows(self, rows: pa.Table, schema: pa.Schema) -> None:
+        """Count ``rows`` (about to be written into this partition's table; ``schema`` is the
+        namespace schema with field ids) into :attr:`stats`."""
+        found = stats.of_table(rows, schema)
+        self.stats = found if self.stats is None else self.stats.union(found)
+
+    def written_stats(self, schema: pa.Schema) -> TableStats | None:
+        """The statistics of the rows this write put in the table, with their size (None:
+        some of its rows were not noted, e.g. staged by a worker that kept none)."""
+        found = self.stats
+        if found is None and self.rows == 0:
+            found = stats.of_table(pa.table({}), schema)
+        if found is None or found.rows != self.rows:
+            return None
+        return found.with_bytes(self.bytes_written)
 
     @property
     def object_id(self) -> str:

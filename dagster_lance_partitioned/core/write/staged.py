@@ -21,6 +21,7 @@ from ..manifest.changes import Changes, ChangesFirstStore, apply_to
 from ..manifest.commit_summary import PROP_WRITE_ID
 from ..manifest.naming import NamespaceNaming, ensure_naming_key
 from ..manifest.state import HasState, NamespaceState, load_snapshot, state_of
+from ..manifest.stats import TableStats, union
 from ..manifest.store import ManifestStore
 from .mode import WriteMode, check_mode
 from .pending import PendingPartition
@@ -40,6 +41,7 @@ class StagedPartition:
     fragments: tuple[FragmentMetadata, ...]
     layout: pa.Schema | None = None
     storage_version: str | None = None
+    stats: str | None = None  # what the worker knows of the rows (TableStats.dumps())
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,7 @@ class StagedWrite:
                     tuple(pending.fragments),
                     pending.layout,
                     pending.storage_version,
+                    None if pending.stats is None else pending.stats.dumps(),
                 )
                 for pending in self.writer().stage(reader)
             )
@@ -177,7 +180,10 @@ class StagedWrite:
                         )
                     pending = PendingPartition(part.key, existing, list(part.path), part.location)
                     pending.layout, pending.storage_version = part.layout, part.storage_version
+                    pending.stats = staged_stats(part)
                     merged[part.key] = pending
+                else:
+                    pending.stats = union(pending.stats, staged_stats(part))
                 pending.fragments.extend(part.fragments)
                 pending.rows += part.rows
         return writer.commit_staged(merged.values())
@@ -186,6 +192,11 @@ class StagedWrite:
         """Give the write up: nothing was made visible; the staged fragments are orphans that
         a vacuum removes."""
         del messages
+
+
+def staged_stats(part: StagedPartition) -> TableStats | None:
+    """What a worker knew of the rows it staged for one partition."""
+    return None if part.stats is None else TableStats.loads(part.stats)
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
