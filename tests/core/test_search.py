@@ -356,7 +356,9 @@ def test_text_search_with_filter_scores_as_one_dataset_prefiltered(text, sql, in
         found = ns.search(q, k=10, filter=sql)
         assert_same_ranking(found, ref, 10)
         unfiltered = ns.search(q, k=2000, columns=["id"])
-        score = dict(zip(unfiltered["id"].to_pylist(), unfiltered["_score"].to_pylist(), strict=True))
+        score = dict(
+            zip(unfiltered["id"].to_pylist(), unfiltered["_score"].to_pylist(), strict=True)
+        )
         for row, s in zip(found["id"].to_pylist(), found["_score"].to_pylist(), strict=True):
             assert s == score[row]  # the filter changes no row's score
 
