@@ -23,9 +23,9 @@ from dagster_lance_partitioned.core import concurrency
 from dagster_lance_partitioned.core.errors import PathEscapeError, SearchQueryError
 from dagster_lance_partitioned.core.lru import Lru
 from dagster_lance_partitioned.core.search import bm25
+from dagster_lance_partitioned.core.search.declaration import IndexDeclaration
 from dagster_lance_partitioned.core.search.session import SearchSession
 from dagster_lance_partitioned.core.search.tables import take_rows
-from dagster_lance_partitioned.core.search.declaration import IndexDeclaration
 
 TEXTS = [
     "Running dogs, QUICKLY!",
