@@ -59,11 +59,12 @@ import numpy as np
 import pyarrow as pa
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.search import clustered
 from dagster_lance_partitioned.core.search.declaration import VECTOR_MIN_ROWS, IndexDeclaration
+from dagster_lance_partitioned.core.search.session import SearchSession
 
 DIM = 128
-TENANTS = 100
+TENANTS = 150
+CATS = 16  # values of the non-partition column ``cat``
 CENTRES = 1000
 CENTRES_PER_TENANT = 50
 CENTRE_SCALE = 2.0  # cluster centres: Gaussian, this standard deviation per dimension
@@ -79,6 +80,9 @@ UNIFORM = "one tenant, tenants uniform"
 BY_SIZE = "one tenant, tenants by size"
 ALL = "all tenants"
 BITMAP_PRE = "single pre-filter + BITMAP(tenant)"
+CAT = "filter cat = c (all tenants)"
+PRICE = "filter tenant = 'x' AND price < 20"
+SESSION = SearchSession()  # what ours keeps between queries (measured at the end)
 
 T0 = time.perf_counter()
 
@@ -148,7 +152,16 @@ def vector_data(rows: int) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray
     vectors, tenant = vectors[order], tenant[order]
     names = np.array([f"t{t:03d}" for t in range(TENANTS)])
     vec = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), DIM)
-    table = pa.table({"id": np.arange(rows, dtype=np.int64), "tenant": names[tenant], "vec": vec})
+    extra = np.random.default_rng(SEED + 5)
+    table = pa.table(
+        {
+            "id": np.arange(rows, dtype=np.int64),
+            "tenant": names[tenant],
+            "cat": extra.integers(0, CATS, rows).astype(np.int32),
+            "price": (extra.random(rows) * 100).astype(np.float32),
+            "vec": vec,
+        }
+    )
     return table, vectors, tenant, sizes
 
 
@@ -250,6 +263,7 @@ def build_vectors(work: str, rows: int, repeat: int) -> dict[str, Any]:
     log(f"single dataset: BITMAP on tenant {bitmap:.1f} s")
     return {
         "rows": rows,
+        "tenants": TENANTS,
         "single_params": params,
         "ns_write_s": ns_write,
         "single_write_s": single_write,
@@ -280,7 +294,7 @@ def run_vectors(args: argparse.Namespace, work: str) -> list[str]:
     if os.path.exists(state_file):
         with open(state_file) as f:
             built = json.load(f)
-        if built.get("rows") != args.rows:
+        if built.get("rows") != args.rows or built.get("tenants") != TENANTS:
             raise SystemExit(f"{work} holds {built.get('rows')} rows; use another --workdir")
         log(f"reusing the data in {work}")
     else:
@@ -315,7 +329,7 @@ def run_vectors(args: argparse.Namespace, work: str) -> list[str]:
 
     def ours(q: np.ndarray, t: int | None, params: dict[str, int]) -> np.ndarray:
         flt = None if t is None else f"tenant = '{names[t]}'"
-        got = ns.search(q, k=K, filter=flt, columns=["id"], **params)
+        got = ns.search(q, k=K, filter=flt, columns=["id"], session=SESSION, **params)
         return got.column("id").to_numpy()
 
     def plain(
@@ -343,7 +357,6 @@ def run_vectors(args: argparse.Namespace, work: str) -> list[str]:
         ("single", False, lambda q, t, p: plain(single, q, None, p, True)),
     ]
     results: dict[tuple[str, str, str], tuple[float, float, float, int]] = {}
-    settle_ms: dict[tuple[str, str], float] = {}
     for label, p_ours, p_single in settings:
         for src, set_name, systems, truth in (
             (0, UNIFORM, filtered, truth_f[0]),
@@ -355,12 +368,6 @@ def run_vectors(args: argparse.Namespace, work: str) -> list[str]:
             times: dict[str, list[float]] = {name: [] for name, _, _ in systems}
             recalls: dict[str, list[float]] = {name: [] for name, _, _ in systems}
             for i in [*range(n, n + WARMUP), *range(n)]:
-                if i == 0:
-                    # what the warm-up started keeping in the background (vectors of indexed
-                    # tables by cluster, see core/search/clustered.py) is finished before the
-                    # measured queries: they measure a process that has served these queries
-                    _, took = timed(clustered.settle)
-                    settle_ms[(label, set_name)] = took * 1000
                 q, t = qv[src][i], int(qt[src][i])
                 for name, is_ours, fn in systems:
                     params = p_ours if is_ours else p_single
@@ -380,10 +387,124 @@ def run_vectors(args: argparse.Namespace, work: str) -> list[str]:
                     f"{label:8s} {set_name:32s} {name:28s} recall {statistics.mean(r):.3f} "
                     f"p50 {pct(tm, 50):7.1f} ms p95 {pct(tm, 95):7.1f} ms"
                 )
-    from dagster_lance_partitioned.core.search.flat import _cached_vectors
+    data = vector_data(args.rows)
+    extra = filter_and_cold(args, work, built, ns, qv, qt, data)
+    del data
+    kept_mb = SESSION.size_bytes() / 2**20
+    report = ", ".join(
+        f"{k} {v.bytes / 2**20:.1f} MiB ({v.entries})" for k, v in SESSION.report().items()
+    )
+    lines = vector_report(args, built, sizes, results, settings, kept_mb, report)
+    return [*lines, "", *extra]
 
-    kept_mb = _cached_vectors.used / 2**20
-    return vector_report(args, built, sizes, results, settings, settle_ms, kept_mb)
+
+def filter_and_cold(
+    args: argparse.Namespace,
+    work: str,
+    built: dict[str, Any],
+    ns: PartitionedNamespace,
+    qv: np.ndarray,
+    qt: np.ndarray,
+    data: tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray],
+) -> list[str]:
+    """Filters on non-partition columns (``cat = c`` over all tenants; ``tenant = 'x' AND
+    price < 20``) without and then with scalar indexes (ours: BITMAP on cat and BTREE on
+    price declared on the namespace; the single dataset: the same, and BITMAP on tenant), and
+    all-tenant queries cold (the session cleared before each) against warm."""
+    table, vectors, tenant, _ = data
+    cat, price = table.column("cat").to_numpy(), table.column("price").to_numpy()
+    names = [f"t{t:03d}" for t in range(TENANTS)]
+    n = args.queries
+    norms = np.einsum("ij,ij->i", vectors, vectors)
+
+    def sql(set_name: str, i: int) -> str:
+        if set_name == CAT:
+            return f"cat = {i % CATS}"
+        return f"tenant = '{names[int(qt[1][i])]}' AND price < 20"
+
+    log("brute force for the filter sets")
+    truth: dict[str, list[np.ndarray]] = {}
+    for set_name in (CAT, PRICE):
+        truth[set_name] = []
+        for i in range(n):
+            if set_name == CAT:
+                rows = np.flatnonzero(cat == i % CATS)
+            else:
+                rows = np.flatnonzero((tenant == int(qt[1][i])) & (price < 20))
+            truth[set_name].append(exact_top(vectors, norms, rows, qv[1][i : i + 1])[0])
+    del norms
+    single_uri = os.path.join(work, "single.lance")
+    for decl in ns.indexes():
+        if decl.column in ("cat", "price"):
+            ns.drop_index(decl.name)
+    out = [
+        "| filter | scalar indexes | ours recall@10 | ours p50 ms | single recall@10 | "
+        "single p50 ms | ours / single |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for phase in ("none", "BITMAP(cat), BTREE(price) (+ BITMAP(tenant) single)"):
+        if phase == "none":
+            single = lance.dataset(single_uri, version=built["single_vector_version"])
+        else:
+            log("scalar indexes: ours create_index cat BITMAP, price BTREE; single the same")
+            ns.create_index("cat", "BITMAP")
+            ns.create_index("price", "BTREE")
+            single = lance.dataset(single_uri)
+            if single.version == built["single_bitmap_version"]:
+                single.create_scalar_index("cat", "BITMAP")
+                single.create_scalar_index("price", "BTREE")
+            single = lance.dataset(single_uri)
+        for set_name in (CAT, PRICE):
+            times: dict[str, list[float]] = {"ours": [], "single": []}
+            recalls: dict[str, list[float]] = {"ours": [], "single": []}
+            for i in [*range(min(WARMUP, n)), *range(n)]:
+                q, f = qv[1][i], sql(set_name, i)
+                got, a = timed(
+                    lambda q=q, f=f: ns.search(q, k=K, filter=f, columns=["id"], session=SESSION)
+                )
+                ref, b = timed(
+                    lambda q=q, f=f, d=single: d.to_table(
+                        columns=["id"],
+                        nearest={"column": "vec", "q": q, "k": K},
+                        filter=f,
+                        prefilter=True,
+                    )
+                )
+                for name, found, took in (("ours", got, a), ("single", ref, b)):
+                    times[name].append(took * 1000)
+                    want = set(truth[set_name][i].tolist())
+                    recalls[name].append(len(set(found["id"].to_pylist()) & want) / K)
+            o_t, s_t = times["ours"][WARMUP:], times["single"][WARMUP:]
+            o_r, s_r = recalls["ours"][WARMUP:], recalls["single"][WARMUP:]
+            line = (
+                f"| {set_name} | {phase} | {statistics.mean(o_r):.3f} | {pct(o_t, 50):.1f} | "
+                f"{statistics.mean(s_r):.3f} | {pct(s_t, 50):.1f} | "
+                f"{pct(o_t, 50) / pct(s_t, 50):.1f}x |"
+            )
+            log(line)
+            out.append(line)
+    log("cold (session cleared before each query) against warm, all tenants")
+    cold, warm = [], []
+    for i in range(n):
+        q = qv[1][i]
+        SESSION.clear()
+        _, a = timed(lambda q=q: ns.search(q, k=K, columns=["id"], session=SESSION))
+        _, b = timed(lambda q=q: ns.search(q, k=K, columns=["id"], session=SESSION))
+        cold.append(a * 1000)
+        warm.append(b * 1000)
+    kept = SESSION.size_bytes() / 2**20
+    out += [
+        "",
+        "| all tenants, package defaults | p50 ms | p95 ms |",
+        "|---|---:|---:|",
+        f"| cold (session cleared) | {pct(cold, 50):.1f} | {pct(cold, 95):.1f} |",
+        f"| warm (the same query again) | {pct(warm, 50):.1f} | {pct(warm, 95):.1f} |",
+        f"| cold / warm | {pct(cold, 50) / pct(warm, 50):.2f} | |",
+        "",
+        f"Session size after one all-tenant query: {kept:.1f} MiB.",
+    ]
+    log("\n".join(out[-6:]))
+    return out
 
 
 Results = dict[tuple[str, str, str], tuple[float, float, float, int]]
@@ -395,8 +516,8 @@ def vector_report(
     sizes: np.ndarray,
     results: Results,
     settings: list[tuple[str, dict[str, int], dict[str, int]]],
-    settle_ms: dict[tuple[str, str], float],
     kept_mb: float,
+    kept_report: str,
 ) -> list[str]:
     sp = built["single_params"]
     parts = sorted({p["num_partitions"] for p in built["ns_params"]})
@@ -445,11 +566,8 @@ def vector_report(
         f"The single dataset's BITMAP index on tenant (not counted above): "
         f"{built['bitmap_build_s']:.1f} s.",
         "",
-        "Vectors this process kept for searches at the end (small tables' vectors, indexed "
-        f"tables' vectors by cluster): {kept_mb:.0f} MiB. Waits after each warm-up for what "
-        "it started keeping in the background: "
-        + ", ".join(f"{a}/{b} {ms:.0f} ms" for (a, b), ms in settle_ms.items())
-        + ".",
+        f"What ours' search session kept at the end of these sets: {kept_mb:.0f} MiB "
+        f"({kept_report}).",
         "",
     ]
     return out + targets(built, results, settings)
@@ -536,7 +654,10 @@ def text_data(docs: int) -> tuple[pa.Table, list[str]]:
     sizes = zipf_sizes(docs, TEXT_PARTS, 0.7)
     part = np.repeat(np.arange(TEXT_PARTS), sizes)
     perms = [rng.permutation(VOCAB) for _ in range(TEXT_PARTS)]
-    lengths = rng.integers(4, 17, docs)
+    # partitions differ in document length: partition i's documents have L_i to 2 L_i words,
+    # L_i from 4 to 40
+    low = 4 + (np.arange(TEXT_PARTS) * 37) % 37
+    lengths = rng.integers(low[part], 2 * low[part] + 1)
     ranks = rng.choice(VOCAB, int(lengths.sum()), p=p)
     local = rng.random(len(ranks)) < 0.3
     owner = np.repeat(part, lengths)
@@ -583,7 +704,7 @@ def run_text(args: argparse.Namespace, work: str) -> list[str]:
         return single.to_table(columns=["id"], full_text_query=q, limit=limit)
 
     def ours(q: str) -> pa.Table:
-        return ns.search(q, k=K, columns=["id"])
+        return ns.search(q, k=K, columns=["id"], session=SESSION)
 
     n = len(qs) - WARMUP
     for q in qs[n:]:
@@ -648,7 +769,10 @@ def main() -> None:
     ap.add_argument("--skip-text", action="store_true")
     ap.add_argument("--skip-vectors", action="store_true")
     ap.add_argument("--workdir", help="keep the data here (reused when run again)")
+    ap.add_argument("--quick", action="store_true", help="100,000 vectors, 20,000 documents")
     args = ap.parse_args()
+    if args.quick:
+        args.rows, args.docs, args.queries, args.build_repeat = 100_000, 20_000, 50, 1
     work = args.workdir or tempfile.mkdtemp(prefix="dlp_search_")
     os.makedirs(work, exist_ok=True)
     lines = [

@@ -22,7 +22,7 @@ from ..core.schema.arrow_json import is_list_like, strip_field_ids
 from ..core.search.catalog import IndexCoverage, declared, find
 from ..core.search.declaration import METRICS, VECTOR_TYPES, canonical_type, kind_of
 from ..core.search.query import text_index, vector_column
-from ..core.search.searched import DISTANCE, SCORE
+from ..core.search.tables import DISTANCE, SCORE
 from ._args import AddCommand, Options, column_list, key_value, open_ns, positive_int
 from ._output import PROG, Text, first_line, is_numeric, plural, to_json_value, write_json
 from .errors import CliError

@@ -58,6 +58,7 @@ from .read.planning import ScanPlan, ScanTask
 from .read.pruning import SpecPruning
 from .row_changes.change import RowChangeResult
 from .search.catalog import IndexCoverage, IndexResult
+from .search.session import SearchSession
 from .spec.partition_spec import PartitionField, PartitionSpec, SpecField
 from .spec.windows import TimeWindow
 from .transaction import Transaction, TransactionResult
@@ -114,6 +115,7 @@ __all__ = [
     "SchemaMismatchError",
     "SearchError",
     "SearchQueryError",
+    "SearchSession",
     "SpecError",
     "SpecField",
     "SpecPruning",

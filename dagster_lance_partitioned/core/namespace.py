@@ -46,6 +46,7 @@ from .write import WriteMode, WriteResult
 if TYPE_CHECKING:
     from .row_changes import RowChangeResult
     from .search.catalog import IndexCoverage, IndexResult
+    from .search.session import SearchSession
     from .transaction import Transaction
 
 
@@ -520,14 +521,16 @@ class PartitionedNamespace:
         k: int = 10,
         filter: FilterLike = None,
         columns: Sequence[str] | None = None,
+        session: SearchSession | None = None,
         **params: Any,
     ) -> pa.Table:
         """The ``k`` best rows for ``query`` across the partitions ``filter`` keeps.
 
         A vector (list or numpy array) gives the k nearest rows with ``_distance``
-        (ascending); a string gives full-text matches with ``_score`` (BM25 over the
-        searched partitions together, descending). ``filter`` prunes partitions, then
-        applies inside each before ranking, so k rows come back whenever k rows match.
+        (ascending); a string gives full-text matches with ``_score`` (BM25 over the whole
+        namespace version, as one dataset holding its rows scores them, descending).
+        ``filter`` prunes partitions, then applies inside each before ranking, so k rows come
+        back whenever k rows match.
         ``column`` may be left out when one index of the query's kind is declared (or one
         vector column exists). A vector query over several indexed partitions probes the
         ``probes`` IVF clusters (default 20) nearest it over all of their centroids, and
@@ -535,11 +538,19 @@ class PartitionedNamespace:
         instead, ``minimum_nprobes`` / ``maximum_nprobes``, ``refine_factor``, ``ef``,
         ``use_index``, ``metric``) pass through to Lance. Every parameter is checked before
         anything runs (:class:`SearchQueryError` naming the one at fault); a ``k`` beyond the
-        rows that match returns those rows."""
+        rows that match returns those rows. ``session``: what searches keep between queries
+        (a :class:`~.search.session.SearchSession`; None: the process's default one)."""
         from .search.query import search
 
         return search(
-            self, query, column=column, k=k, filter=filter, columns=columns, params=params
+            self,
+            query,
+            column=column,
+            k=k,
+            filter=filter,
+            columns=columns,
+            params=params,
+            session=session,
         )
 
     def __repr__(self) -> str:

@@ -20,10 +20,12 @@ import pytest
 from helpers.search import brute_force, distances, make_ns, make_rows
 
 from dagster_lance_partitioned.core import concurrency
-from dagster_lance_partitioned.core.errors import PathEscapeError
+from dagster_lance_partitioned.core.errors import PathEscapeError, SearchQueryError
 from dagster_lance_partitioned.core.lru import Lru
-from dagster_lance_partitioned.core.search import flat, rows, terms
+from dagster_lance_partitioned.core.search import bm25
 from dagster_lance_partitioned.core.search.declaration import IndexDeclaration
+from dagster_lance_partitioned.core.search.session import SearchSession
+from dagster_lance_partitioned.core.search.tables import take_rows
 
 TEXTS = [
     "Running dogs, QUICKLY!",
@@ -45,15 +47,6 @@ def declaration(**params) -> IndexDeclaration:
     return IndexDeclaration("txt_idx", "txt", 6, "INVERTED", 1, params)
 
 
-@pytest.fixture(autouse=True)
-def fresh_caches():
-    terms.clear()
-    rows.clear()
-    yield
-    terms.clear()
-    rows.clear()
-
-
 # -- tokenizing many documents at once --------------------------------------------------------
 @pytest.mark.parametrize(
     "params",
@@ -72,16 +65,16 @@ def fresh_caches():
 def test_documents_tokenized_together_equal_one_by_one(params, texts):
     decl = declaration(**params)
     expected = [[t.text for t in lance.tokenize(x, **params)] if x else [] for x in texts]
-    assert terms._token_lists(texts, decl) == expected
+    assert bm25._token_lists(texts, decl) == expected
 
 
 def test_many_documents_are_tokenized_in_chunks(monkeypatch):
-    monkeypatch.setattr(terms, "_CHUNK", 5)
+    monkeypatch.setattr(bm25, "CHUNK", 5)
     rng = np.random.default_rng(3)
     words = ["alpha", "Beta", "gamma,", "delta.", "", "epsilon"]
     texts = [" ".join(rng.choice(words, size=int(rng.integers(0, 6)))) for _ in range(23)]
     expected = [[t.text for t in lance.tokenize(x)] if x else [] for x in texts]
-    assert terms._token_lists(texts, declaration()) == expected
+    assert bm25._token_lists(texts, declaration()) == expected
 
 
 # -- full-text queries scored from terms in memory ----------------------------------------------
@@ -89,77 +82,32 @@ def ranking(found: pa.Table) -> dict[int, float]:
     return dict(zip(found["id"].to_pylist(), found["_score"].to_pylist(), strict=True))
 
 
-def test_terms_in_memory_score_as_lance_does(tmp_path):
+def test_terms_kept_in_the_session_score_as_when_read(tmp_path):
     rows_ = make_rows(2000, seed=41, doc_length=None)
     ns = make_ns(tmp_path / "ns", rows_)
     ns.create_index("txt", "FTS")
+    session = SearchSession()
     for q in ["t3x", "t5x t9x", "t12x t2x t30x", "t70x", "nothing"]:
-        terms.clear()
-        a = ns.search(q, k=25)  # every table searched by Lance
-        assert terms._terms.used == 0
-        b = ns.search(q, k=25)  # every table scored from its terms in memory
-        assert terms._terms.used > 0
-        assert a.num_rows == b.num_rows
-        ra, rb = ranking(a), ranking(b)
-        # equal scores (float32 rounding apart) for every row both return; those only one
-        # returns tie at the cut
-        for i in ra.keys() & rb.keys():
-            assert ra[i] == pytest.approx(rb[i], rel=1e-5)
-        if a.num_rows:
-            last = a["_score"][-1].as_py()
-            for i in ra.keys() ^ rb.keys():
-                assert (ra.get(i) or rb[i]) == pytest.approx(last, rel=1e-5)
-        # from then on, bit for bit the same answer
-        assert ns.search(q, k=25).equals(b)
+        session.clear()
+        a = ns.search(q, k=25, session=session)  # every table tokenized
+        assert session.report()["terms"].entries == len(ns.plan_scan().tasks)
+        b = ns.search(q, k=25, session=session)  # from the terms kept
+        assert a.equals(b)
 
 
-def test_a_table_with_deleted_rows_is_left_to_lance(tmp_path):
-    ns = make_ns(tmp_path / "ns", make_rows(2000, seed=42))
+def test_a_table_with_deleted_rows_scores_its_rows_as_they_are(tmp_path):
+    # Lance's own index keeps the statistics it was built on; the namespace's BM25 is that
+    # of the rows of the version searched, as one dataset holding them scores
+    table = make_rows(2000, seed=42)
+    ns = make_ns(tmp_path / "ns", table)
     ns.create_index("txt", "FTS")
     ns.delete("tenant = 'a' AND n < 500")
-    deleted = {
-        t.uri for t in ns.plan_scan("tenant = 'a'").tasks
-    }  # the tables of tenant a have deleted rows
-    for _ in range(3):
-        found = ns.search("t4x t6x", k=20)
-    kept = {key[0] for key in terms._terms._items}
-    assert kept and not (kept & deleted)
-    assert found.num_rows == 20
-    assert set(found["id"].to_pylist()) <= set(ns.to_table(columns=["id"])["id"].to_pylist())
-
-
-def test_one_query_builds_a_bounded_number_of_documents(tmp_path, monkeypatch):
-    ns = make_ns(tmp_path / "ns", make_rows(3000, seed=43))
-    ns.create_index("txt", "FTS")
-    sizes = sorted(
-        lance.dataset(t.uri, version=t.read_version).count_rows() for t in ns.plan_scan().tasks
-    )
-    monkeypatch.setattr(terms, "TERMS_BUILD_DOCS", sizes[-1])
-    ns.search("t1x", k=5)  # first sight of every table: nothing built
-    assert not terms._terms._items
-    built = []
-    for _ in range(len(sizes) + 1):
-        expected = ns.search("t1x", k=5)
-        built.append(len(terms._terms._items))
-    # each query builds at most TERMS_BUILD_DOCS documents' worth of tables, until all are in
-    assert built[0] < len(sizes)
-    assert built == sorted(built)
-    assert built[-1] == len(sizes)
-    assert ns.search("t1x", k=5).equals(expected)
-
-
-def test_tables_larger_than_the_bound_keep_lances_searches(tmp_path, monkeypatch):
-    monkeypatch.setattr(terms, "TERMS_CACHE_DOCS", 200)
-    ns = make_ns(tmp_path / "ns", make_rows(3000, seed=44))
-    ns.create_index("txt", "FTS")
-    small = {
-        t.uri
-        for t in ns.plan_scan().tasks
-        if lance.dataset(t.uri, version=t.read_version).count_rows() <= 200
-    }
-    for _ in range(3):
-        ns.search("t2x", k=5)
-    assert {key[0] for key in terms._terms._items} == small
+    kept = ns.to_table()
+    ds = lance.write_dataset(kept, str(tmp_path / "one.lance"))
+    ds.create_scalar_index("txt", "INVERTED")
+    found = ns.search("t4x t6x", k=20, columns=["id"])
+    ref = ds.to_table(full_text_query="t4x t6x", columns=["id"], limit=20)
+    np.testing.assert_allclose(found["_score"].to_numpy(), ref["_score"].to_numpy(), rtol=1e-5)
 
 
 # -- rows by row id ----------------------------------------------------------------------------
@@ -186,21 +134,10 @@ def test_rows_taken_equal_lances_takes(tmp_path, stable, delete):
         [row_ids[i] for i in rng.choice(len(row_ids), size=n, replace=False)] for n in (1, 5, 12)
     ]
     picks.append([r for r in row_ids if r >> 32 == 1][::-3])  # one fragment, descending
-    for _ in range(3):  # unseen, seen once (then kept), kept
-        for ids in picks:
-            got = rows.take_rows(ds, ids, ["id", "s"])
-            assert got.equals(reference_take(ds, ids))
-            assert got["id"].to_pylist() == [by_row_id[r] for r in ids]
-    assert rows._kept._items  # the table's columns are in memory now
-
-
-def test_rows_of_large_tables_are_not_kept(tmp_path, monkeypatch):
-    monkeypatch.setattr(rows, "ROWS_CACHE_ROWS", 50)
-    ds = dataset(tmp_path)
-    ids = ds.to_table(columns=[], with_row_id=True)["_rowid"].to_pylist()[:3]
-    for _ in range(3):
-        assert rows.take_rows(ds, ids, ["id"]).equals(ds._take_rows(ids, columns=["id"]))
-    assert not rows._kept._items
+    for ids in picks:
+        got = take_rows(ds, ids, ["id", "s"])
+        assert got.equals(reference_take(ds, ids))
+        assert got["id"].to_pylist() == [by_row_id[r] for r in ids]
 
 
 # -- plans of a manifest version ---------------------------------------------------------------
@@ -320,46 +257,67 @@ def test_work_decided_by_a_check_made_beside_it():
 
 
 _BOUNDS = """
-from dagster_lance_partitioned.core.search import flat, rows, terms
-print(flat._cached_vectors.size, terms._terms.size, rows._kept.size)
+from dagster_lance_partitioned.core.search.session import SearchSession, default_session
+print(default_session().budget_bytes, SearchSession().budget_bytes, SearchSession(5).budget_bytes)
 """
 
 
 @pytest.mark.parametrize(
     ("setting", "expected"),
     [
-        (None, [512, 256, 256]),
-        ("64", [32, 16, 16]),
-        ("0", [0, 0, 0]),
-        ("lots", [512, 256, 256]),  # not a number: the default
-        ("-5", [512, 256, 256]),
+        (None, [1024, 1024]),
+        ("64", [64, 64]),
+        ("0", [0, 0]),
+        ("lots", [1024, 1024]),  # not a number: the default
+        ("-5", [1024, 1024]),
     ],
 )
-def test_search_caches_are_bounded_by_one_setting(setting, expected):
+def test_search_sessions_take_their_budget_from_one_setting(setting, expected):
     env = {k: v for k, v in os.environ.items() if k != "DLP_SEARCH_CACHE_MB"}
     if setting is not None:
         env["DLP_SEARCH_CACHE_MB"] = setting
     out = subprocess.run(
         [sys.executable, "-c", _BOUNDS], env=env, capture_output=True, text=True, check=True
     ).stdout.split()
-    assert [int(b) // (1024 * 1024) for b in out] == expected
+    assert [int(b) // (1024 * 1024) for b in out[:2]] == expected
+    assert int(out[2]) == 5  # given: taken as it is
 
 
-def test_searches_keep_nothing_with_no_memory(tmp_path, monkeypatch):
-    monkeypatch.setattr(terms, "_terms", Lru(0, weight=lambda t: t.nbytes))
-    monkeypatch.setattr(rows, "_kept", Lru(0, weight=lambda t: t.nbytes))
+def test_a_session_without_memory_keeps_nothing_and_answers_alike(tmp_path):
     ns = make_ns(tmp_path / "ns", make_rows(1000, seed=47))
     ns.create_index("txt", "FTS")
-    answers = [ns.search("t3x t8x", k=7) for _ in range(3)]
-    assert answers[0].num_rows == 7
-    assert all(a.equals(answers[0]) for a in answers)
-    assert not terms._terms._items and not rows._kept._items
-    assert not rows._read_before._items  # nothing is even tracked for keeping
+    empty, kept = SearchSession(0), SearchSession()
+    q = np.random.default_rng(3).normal(size=16)
+    for query in ("t3x t8x", q):
+        answers = [ns.search(query, k=7, session=s) for s in (empty, kept, kept, empty)]
+        assert answers[0].num_rows == 7
+        assert all(a.equals(answers[0]) for a in answers)
+    assert empty.size_bytes() == 0 and not empty.report()
+    assert 0 < kept.size_bytes() <= kept.budget_bytes
+    assert set(kept.report()) >= {"terms", "vectors", "table"}
+    kept.clear()
+    assert kept.size_bytes() == 0 and not kept.report()
+
+
+def test_a_session_stays_within_its_budget(tmp_path):
+    ns = make_ns(tmp_path / "ns", make_rows(3000, seed=50))
+    small = SearchSession(40_000)  # room for a few tables' vectors, not all
+    reference = SearchSession(0)
+    for seed in range(5):
+        q = np.random.default_rng(seed).normal(size=16)
+        assert ns.search(q, k=10, session=small).equals(ns.search(q, k=10, session=reference))
+        assert small.size_bytes() <= 40_000
+
+
+def test_a_session_must_be_a_search_session(tmp_path):
+    ns = make_ns(tmp_path / "ns", make_rows(200, seed=51))
+    with pytest.raises(SearchQueryError, match="session must be a SearchSession"):
+        ns.search("t1x", session="big")  # type: ignore[arg-type]
 
 
 # -- small tables ranked together ---------------------------------------------------------------
 @pytest.mark.parametrize("metric", ["l2", "cosine", "dot"])
-def test_small_tables_ranked_together_equal_ranked_one_by_one(tmp_path, metric):
+def test_small_tables_ranked_in_memory_equal_the_reference(tmp_path, metric):
     table = make_rows(1200, seed=48)
     # the same vectors in several partitions: ties between tables, broken by table then row
     v = table.column("v").combine_chunks()
@@ -373,12 +331,8 @@ def test_small_tables_ranked_together_equal_ranked_one_by_one(tmp_path, metric):
     queries = [*rng.normal(size=(6, 16)), *stored[:3], *stored[650:652]]
     for q in queries:
         q = np.asarray(q, np.float32)
-        flat._cached_vectors.clear()
-        flat._searched_together.clear()
-        first = ns.search(q, k=15)  # table by table
-        assert not [key for key in flat._cached_vectors._items if key[0] == "pooled"]
-        second = ns.search(q, k=15)  # all small tables in one matrix
-        assert len([key for key in flat._cached_vectors._items if key[0] == "pooled"]) == 1
+        first = ns.search(q, k=15, session=SearchSession(0))  # read, nothing kept
+        second = ns.search(q, k=15, use_index=False)  # the reference: every row measured
         assert second.equals(first)
         # exact: the distances brute force gives (rows tied at equal distances either way)
         _, expected = brute_force(table, q.astype(np.float64), 15, metric)

@@ -6,10 +6,12 @@ in numpy, and each table's IVF clusters from its own centroids."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from helpers.data import fingerprint
 from helpers.search import (
@@ -26,8 +28,8 @@ from hypothesis import strategies as st
 
 from dagster_lance_partitioned.core.concurrency import serial_while_fast
 from dagster_lance_partitioned.core.errors import SearchQueryError
-from dagster_lance_partitioned.core.search.flat import _Vectors, distance, nearest_rows
-from dagster_lance_partitioned.core.search.routing import CENTROIDS_ENV, route
+from dagster_lance_partitioned.core.search.distances import Vectors, distance, nearest_rows
+from dagster_lance_partitioned.core.search.ivf import CENTROIDS_ENV, OUTLIERS_KEY, route
 
 DIM = 16
 TENANTS = ("a", "b", "c", "d", "e", "f")
@@ -66,14 +68,21 @@ def query_near(seed: int) -> np.ndarray:
 
 
 def clusters(ns, monkeypatch) -> list[tuple[pa.Table, np.ndarray]]:
-    """Per partition table: its rows and its IVF centroids (from Lance's index statistics)."""
+    """Per partition table: its rows (``_outlier``: recorded as far from every centroid of
+    its table, measured by every search) and its IVF centroids (from Lance's index
+    statistics)."""
     monkeypatch.setenv(CENTROIDS_ENV, "true")
     out = []
     for entry in ns.inspect.partitions():
         ds = table_of(ns, entry)
         stats = ds.stats.index_stats("v_ivf_flat")
         centroids = np.asarray(stats["indices"][0]["centroids"], dtype=np.float64)
-        out.append((ds.to_table(columns=SCHEMA.names), centroids))
+        (segment,) = ds.describe_indices()[0].segments
+        outliers = json.loads(ds.config()[OUTLIERS_KEY + str(segment.uuid)])
+        assert outliers != "many"
+        rows = ds.to_table(columns=SCHEMA.names, with_row_id=True)
+        flag = pc.is_in(rows["_rowid"], pa.array(outliers, pa.uint64()))
+        out.append((rows.drop_columns(["_rowid"]).append_column("_outlier", flag), centroids))
     return out
 
 
@@ -113,7 +122,7 @@ def expected_ids(
         mine = list({c for _, tt, c in chosen if tt == t})
         m = matrix_of(rows)
         d = ((m[:, None, :] - centroids[None]) ** 2).sum(axis=2)
-        inside = np.isin(np.argmin(d, axis=1), mine)
+        inside = np.isin(np.argmin(d, axis=1), mine) | rows["_outlier"].to_numpy(False)
         probed.append(rows.filter(pa.array(inside)))
         if len(centroids) > 1:
             two = np.sort(d, axis=1)[:, :2]
@@ -144,7 +153,9 @@ def test_a_query_probes_the_nearest_clusters_over_all_tables(ns, monkeypatch, pr
     assert checked >= 4
 
 
-def test_probes_given_apply_to_a_single_table_too(ns, monkeypatch):
+def test_a_filter_keeping_few_rows_of_indexed_tables_measures_them_all(ns, monkeypatch):
+    # the filter keeps at most FEW_MATCHES rows of the table: they are measured exactly,
+    # whatever the probes (the "in_memory" strategy equals the reference, use_index=False)
     one = "tenant = 'b' AND day = DATE '2024-01-02'"
     tables = [
         (rows, c)
@@ -153,20 +164,12 @@ def test_probes_given_apply_to_a_single_table_too(ns, monkeypatch):
         and set(rows.column("day").to_pylist()) == {dt.date(2024, 1, 2)}
     ]
     assert len(tables) == 1
-    checked = 0
     for seed in range(8):
         q = query_near(seed).astype(np.float64)
-        everything = ns.search(q, k=10, filter=one)  # Lance's own probing: here, every cluster
-        assert everything.column("id").to_pylist() == brute_force(tables[0][0], q, 10)[0]
-        expected = expected_ids(tables, q, 1)
-        if expected is None:
-            continue
-        checked += 1
-        found = ns.search(q, k=10, probes=1, filter=one)
-        if len(expected) < 10:  # the cluster holds fewer than k rows: the table in full
-            expected = everything.column("id").to_pylist()
-        assert found.column("id").to_pylist() == expected
-    assert checked >= 4
+        expected = brute_force(tables[0][0], q, 10)[0]
+        for params in ({}, {"probes": 1}, {"nprobes": 1}, {"use_index": False}):
+            found = ns.search(q, k=10, filter=one, **params)
+            assert found.column("id").to_pylist() == expected
 
 
 def test_default_probes_find_the_true_nearest_rows(ns):
@@ -249,10 +252,8 @@ def test_route_picks_the_nearest_centroids_across_tables():
     assert picked(100) == [[0, 1], [0, 1, 2], [0]]
 
 
-def cached(matrix: np.ndarray) -> _Vectors:
-    norms = np.einsum("ij,ij->i", matrix, matrix)
-    ids = np.arange(len(matrix), dtype=np.uint64)
-    return _Vectors(matrix, ids, norms, float(np.sqrt(norms.max())))
+def cached(matrix: np.ndarray) -> Vectors:
+    return Vectors.of(matrix, np.arange(len(matrix), dtype=np.uint64))
 
 
 @settings(max_examples=60, deadline=None)
@@ -262,16 +263,18 @@ def cached(matrix: np.ndarray) -> _Vectors:
     offset=st.sampled_from([0.0, 1.0, 1e3]),
     duplicates=st.booleans(),
     seed=st.integers(0, 2**16),
+    metric=st.sampled_from(["l2", "cosine", "dot"]),
 )
-def test_cached_ranking_equals_a_full_sort(rows, k, offset, duplicates, seed):
-    # the matrix-product screening keeps every row that can be among the k nearest
+def test_cached_ranking_equals_a_full_sort(rows, k, offset, duplicates, seed, metric):
+    # the screening strategy (one matrix product, then the rows its rounding bound leaves a
+    # chance measured exactly) equals measuring every row, under every metric
     rng = np.random.default_rng(seed)
     matrix = (rng.normal(size=(rows, 8)) + offset).astype(np.float32)
     if duplicates:
         matrix[rows // 2 :] = matrix[: rows - rows // 2]
     q = matrix[rng.integers(0, rows)] + rng.normal(scale=0.01, size=8).astype(np.float32)
-    positions, got = nearest_rows(cached(matrix), q, k, "l2")
-    full = distance(matrix, q, "l2")
+    positions, got = nearest_rows(cached(matrix), q, k, metric)
+    full = distance(matrix, q, metric)
     expected = np.argsort(full, kind="stable")[:k]
     assert positions.tolist() == expected.tolist()
     assert got.tolist() == full[expected].tolist()
@@ -283,11 +286,7 @@ def test_cached_ranking_far_from_the_origin_is_exact():
         rng = np.random.default_rng(seed)
         matrix = (rng.normal(size=(300, 8)) + 1e3).astype(np.float32)
         q = matrix[5] + rng.normal(scale=0.01, size=8).astype(np.float32)
-        norms = np.einsum("ij,ij->i", matrix, matrix)
-        vectors = _Vectors(
-            matrix, np.arange(300, dtype=np.uint64), norms, float(np.sqrt(norms.max()))
-        )
-        positions, _ = nearest_rows(vectors, q, 3, "l2")
+        positions, _ = nearest_rows(cached(matrix), q, 3, "l2")
         assert (
             positions.tolist() == np.argsort(distance(matrix, q, "l2"), kind="stable")[:3].tolist()
         )

@@ -10,6 +10,7 @@ with ``fold=True`` (``ns.maintenance.optimize_indexes``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,9 +22,10 @@ from lance.dataset import Index
 
 from .. import table_version as tv
 from ..errors import IndexBuildError, clean_message
-from ..lru import Lru
 from ..schema.conform import column_sources
 from .declaration import IndexDeclaration, vector_dimension
+from .distances import matrix_of
+from .ivf import OUTLIERS_KEY, find_outliers, read_centroids
 
 
 @dataclass(frozen=True)
@@ -53,18 +55,9 @@ class IndexedVersion:
     dropped: tuple[str, ...] = ()
 
 
-_described: Lru[tuple[int, dict[str, Any]]] = Lru(4096)
-
-
 def describe(ds: lance.LanceDataset) -> tuple[int, dict[str, Any]]:
-    """(rows, index name -> Lance's description) of a table version (cached: a version never
-    changes)."""
-    key = (ds.uri, ds.version)
-    found = _described.get(key)
-    if found is None:
-        found = (ds.count_rows(), {d.name: d for d in ds.describe_indices()})
-        _described.put(key, found)
-    return found
+    """(rows, index name -> Lance's description) of a table version."""
+    return ds.count_rows(), {d.name: d for d in ds.describe_indices()}
 
 
 def table_state(
@@ -137,11 +130,49 @@ def index_version(
         committed = tv.commit(
             ds, LanceOperation.CreateIndex(new, removed), ds.version, storage_options
         )
+        vectors = [d for d in declared if d.kind == "vector" and d.name in built]
+        if vectors or removed:
+            committed = _record_outliers(committed, vectors, storage_options)
     except (OSError, ValueError, RuntimeError) as e:
         raise IndexBuildError(
             f"partition {object_id or uri}: cannot commit its indexes: {clean_message(e)}"
         ) from None
     return IndexedVersion(int(committed.version), tuple(built), tuple(dropped))
+
+
+def _record_outliers(
+    ds: lance.LanceDataset,
+    decls: Sequence[IndexDeclaration],
+    storage_options: dict[str, str] | None,
+) -> lance.LanceDataset:
+    """``ds`` with the rows far from their centroid in each new vector index of ``decls``
+    recorded in its config (see :mod:`.ivf`), and the records of segments it no longer
+    holds removed: a version of its own on top of ``ds`` (``ds`` when nothing changes)."""
+    segments = {str(s.uuid) for d in ds.describe_indices() for s in d.segments}
+    config = ds.config()
+    updates: dict[str, str | None] = {
+        key: None
+        for key in config
+        if key.startswith(OUTLIERS_KEY) and key[len(OUTLIERS_KEY) :] not in segments
+    }
+    _, indexes = describe(ds)
+    for decl in decls:
+        found = indexes.get(decl.name)
+        if found is None or len(found.segments) != 1:
+            continue
+        centroids = read_centroids(ds, decl.name)
+        if centroids is None:
+            continue
+        column = next(iter(found.field_names))
+        table = ds.to_table(columns=[column], with_row_id=True, filter=f"`{column}` IS NOT NULL")
+        matrix = matrix_of(table.column(column), centroids.shape[1])
+        ids = table.column("_rowid").to_numpy()
+        outliers = find_outliers(matrix, ids, centroids, decl.metric)
+        updates[OUTLIERS_KEY + str(found.segments[0].uuid)] = json.dumps(outliers)
+    if not updates:
+        return ds
+    op = LanceOperation.UpdateConfig(config_updates=LanceOperation.UpdateMap(updates))
+    return tv.commit(ds, op, ds.version, storage_options)
 
 
 def _stale_statistics(

@@ -42,7 +42,7 @@ VECTOR_MIN_ROWS = 4096
 OTHER_MIN_ROWS = 1
 # Rows per IVF partition aimed at when ``num_partitions`` is not given: about as many as one
 # index over a million rows has (sqrt(rows)), so that a query over many tables, routed by
-# their centroids together (search/routing.py), probes clusters of a like size
+# their centroids together (search/ivf.py), probes clusters of a like size
 ROWS_PER_IVF_PARTITION = 1024
 # Training rows per centroid (IVF and PQ) unless ``sample_rate`` is given; Lance's default is 256.
 VECTOR_SAMPLE_RATE = 32

@@ -1,0 +1,122 @@
+"""Distances between vectors, the one place they are computed: :func:`distance` gives them as
+Lance does (squared L2, ``1 - cosine``, ``1 - dot``), one row at a time in a fixed order, so
+that a row's distance does not depend on the rows beside it; :func:`nearest_rows` finds the k
+nearest rows of a matrix with a screening matrix product whose rounding is bounded, then
+measures only the rows the bound leaves a chance exactly (the same rows, distances and order
+as measuring them all)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_EPS = float(np.finfo(np.float32).eps)
+
+
+def distance(matrix: np.ndarray, vector: np.ndarray, metric: str) -> np.ndarray:
+    """Exact distances (float32) of the rows of ``matrix`` to ``vector`` as Lance computes
+    them; a zero row is at cosine distance 1."""
+    matrix = np.asarray(matrix, dtype=np.float32)
+    if metric == "l2":
+        diff = matrix - vector
+        squared: np.ndarray = np.einsum("ij,ij->i", diff, diff).astype(np.float32)
+        return squared
+    dots = np.einsum("ij,j->i", matrix, vector)
+    if metric == "dot":
+        out: np.ndarray = (1.0 - dots).astype(np.float32)
+        return out
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix)) * np.float32(
+        np.sqrt(np.einsum("i,i->", vector, vector))
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sims = np.where(norms > 0, dots / norms, 0.0)
+    return (1.0 - sims).astype(np.float32)
+
+
+def matrix_of(values: pa.ChunkedArray | pa.Array, dimension: int) -> np.ndarray:
+    """A column of fixed-size lists as a (rows, dimension) float32 matrix."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    flat = pc.list_flatten(values).to_numpy(zero_copy_only=False)
+    return np.asarray(flat, dtype=np.float32).reshape(-1, dimension)
+
+
+@dataclass(frozen=True)
+class Vectors:
+    """Vectors of some rows of one table version: the matrix, their row ids, squared norms
+    and the largest norm."""
+
+    matrix: np.ndarray
+    row_ids: np.ndarray
+    norms: np.ndarray
+    largest: float
+
+    @classmethod
+    def of(cls, matrix: np.ndarray, row_ids: np.ndarray) -> Vectors:
+        """``matrix`` (float32) with its rows' ids."""
+        matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+        norms = np.einsum("ij,ij->i", matrix, matrix)
+        largest = float(np.sqrt(norms.max())) if len(norms) else 0.0
+        return cls(matrix, np.asarray(row_ids, dtype=np.uint64), norms, largest)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.matrix.nbytes + self.row_ids.nbytes + self.norms.nbytes)
+
+    def subset(self, positions: np.ndarray) -> Vectors:
+        """The rows at ``positions`` (ascending)."""
+        return Vectors.of(self.matrix[positions], self.row_ids[positions])
+
+
+def screen(vectors: Vectors, vector: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """Distances from one matrix-vector product and a bound on how far each is from the
+    exact one (float32 rounding of the product)."""
+    dimension = vectors.matrix.shape[1]
+    q2 = float(np.dot(vector, vector))
+    products = vectors.matrix @ vector
+    rounding = 4.0 * (dimension + 3) * _EPS
+    if metric == "l2":
+        approx = vectors.norms - 2.0 * products + q2
+        return approx, np.full(1, rounding * (vectors.largest + np.sqrt(q2)) ** 2)
+    if metric == "dot":
+        return 1.0 - products, np.full(1, rounding * vectors.largest * np.sqrt(q2) + rounding)
+    scale = np.sqrt(vectors.norms) * np.float32(np.sqrt(q2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        approx = 1.0 - np.where(scale > 0, products / scale, 0.0)
+    return approx, np.full(1, 2 * rounding)
+
+
+def nearest_rows(
+    vectors: Vectors, vector: np.ndarray, k: int, metric: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and exact distances of the ``k`` rows nearest ``vector`` (ties by
+    position): the rows a screening product leaves within its rounding bound of the k-th are
+    measured exactly."""
+    n = len(vectors.row_ids)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    if n <= 4 * k:
+        exact = distance(vectors.matrix, vector, metric)
+        top = np.argsort(exact, kind="stable")[:k]
+        return top, exact[top]
+    approx, slack = screen(vectors, vector, metric)
+    kth = float(np.partition(approx, k - 1)[k - 1])
+    pool = np.flatnonzero(approx <= kth + 2 * float(slack[0]))
+    exact = distance(vectors.matrix[pool], vector, metric)
+    order = np.argsort(exact, kind="stable")[:k]
+    return pool[order], exact[order]
+
+
+def nearest_of(distances: Sequence[np.ndarray], n: int) -> dict[int, np.ndarray]:
+    """Of several sets of distances, the ``n`` smallest over all of them (ties: earlier set
+    first): set index -> positions in that set, ascending by distance within each set."""
+    if not distances:
+        return {}
+    owner = np.concatenate([np.full(len(d), i) for i, d in enumerate(distances)])
+    starts = np.cumsum([0, *(len(d) for d in distances)])
+    best = np.argsort(np.concatenate(distances), kind="stable")[:n]
+    return {i: best[owner[best] == i] - starts[i] for i in sorted(set(owner[best].tolist()))}

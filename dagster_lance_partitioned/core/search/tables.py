@@ -1,0 +1,193 @@
+"""A partition table as a search sees it (:class:`SearchTable`): opened at its pinned version
+under the plan's residual filter, what it holds (rows, Lance's index descriptions), searched
+concurrently with the others, and its rows read back by row id in the namespace's columns.
+Shared by vector search (:mod:`.nearest`) and full-text search (:mod:`.text`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+from ..concurrency import parallel_map, serial_while_fast
+from ..manifest.state import NamespaceState
+from ..read.planning import ScanTask
+from ..read.scan import _filtered, _guarded, _layout, lance_filter, open_table, scan_concurrency
+from ..schema.arrow_json import strip_field_ids
+from ..schema.conform import conform_for_read
+from ..spec.partition_constants import fill_constants
+from .session import SearchSession
+
+DISTANCE = "_distance"  # vector search: the result column of distances (ascending)
+SCORE = "_score"  # full-text search: the result column of BM25 scores (descending)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SearchTable:
+    """One partition table opened for a search: where its columns are, the filter that
+    applies inside it (None: none; ``lance_sql`` None while ``sql`` is set: DataFusion
+    applies it after reading), its rows and Lance's descriptions of its indexes."""
+
+    task: ScanTask
+    ds: lance.LanceDataset
+    sources: dict[str, str | None]
+    native: bool  # the table holds every namespace column under the same name and type
+    sql: str | None
+    lance_sql: str | None
+    rows: int
+    indexes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pushable(self) -> bool:
+        """Lance can search this table with the filter inside it."""
+        return self.native and (self.sql is None or self.lance_sql is not None)
+
+    @property
+    def version_key(self) -> tuple[str, int]:
+        """What names this table version among everything a session keeps."""
+        return (self.ds.uri, int(self.ds.version))
+
+    def index_on(self, column: str, kinds: tuple[str, ...] = ()) -> tuple[str, Any] | None:
+        """The one index on the table's ``column`` (name, description; of an index type
+        starting with one of ``kinds`` when given), None when there is none or several."""
+        on = [
+            (name, d)
+            for name, d in self.indexes.items()
+            if column in (d.field_names or ())
+            and (not kinds or str(getattr(d, "index_type", "")).upper().startswith(kinds))
+        ]
+        return on[0] if len(on) == 1 else None
+
+
+def describe(ds: lance.LanceDataset) -> tuple[int, dict[str, Any]]:
+    """(rows, index name -> Lance's description) of a table version."""
+    return ds.count_rows(), {d.name: d for d in ds.describe_indices()}
+
+
+def open_for_search(
+    session: SearchSession,
+    task: ScanTask,
+    schema: pa.Schema,
+    residual: str | None,
+    opts: dict[str, str] | None,
+) -> SearchTable:
+    """``task``'s table opened for a search under the plan's ``residual`` filter (what is
+    learnt of a pinned version kept in ``session``)."""
+    ds = open_table(task, opts)
+    sql = None if task.filter_implied else residual
+    sources, native = _layout(ds.schema, schema)
+    if task.read_version is None:
+        rows, indexes = describe(ds)
+    else:
+        key = (ds.uri, int(ds.version))
+        rows, indexes = session.keep(
+            "table", key, lambda: describe(ds), lambda d: 512 * (1 + len(d[1]))
+        )
+    plain = strip_field_ids(schema)
+    return SearchTable(
+        task, ds, dict(sources), native, sql, lance_filter(sql, plain), rows, indexes
+    )
+
+
+def for_each_task(
+    state: NamespaceState,
+    tasks: Sequence[ScanTask],
+    fn: Callable[[ScanTask], T],
+) -> list[T]:
+    """``fn`` on every task, in this thread while calls are quick, then concurrently (as
+    many at once as a scan reads), raw storage failures raised as
+    :class:`PartitionReadError` naming the partition."""
+    threads = scan_concurrency(state.uri)
+    return serial_while_fast(lambda t: _guarded(t, lambda: fn(t)), list(tasks), threads)
+
+
+def for_each_table(
+    state: NamespaceState, tables: Sequence[SearchTable], fn: Callable[[SearchTable], T]
+) -> list[T]:
+    """:func:`for_each_task` over tables already opened (always concurrently)."""
+    threads = scan_concurrency(state.uri)
+    return parallel_map(lambda s: _guarded(s.task, lambda: fn(s)), list(tables), threads)
+
+
+def take_rows(ds: lance.LanceDataset, ids: Sequence[int], columns: list[str]) -> pa.Table:
+    """The rows of ``ds`` with row ids ``ids`` (each once), in that order, in ``columns``;
+    rows of one fragment without deletions are read through the fragment (half the time of
+    a take by row id)."""
+    fragments = {i >> 32 for i in ids}
+    if not ds.has_stable_row_ids and len(fragments) == 1 and len(set(ids)) == len(ids):
+        fragment = ds.get_fragment(fragments.pop())
+        if fragment is not None and fragment.metadata.deletion_file is None:
+            # a row id is (fragment id, position in the fragment) without stable row ids
+            offsets = np.array([i & 0xFFFFFFFF for i in ids], dtype=np.int64)
+            order = np.argsort(offsets)
+            found = fragment.take(offsets[order].tolist(), columns=columns)
+            return found.take(pa.array(np.argsort(order)))
+    return ds._take_rows(list(ids), columns=columns)
+
+
+def rows_by_id(
+    table: SearchTable, row_ids: Sequence[int], schema: pa.Schema, wanted: pa.Schema
+) -> pa.Table:
+    """The rows ``row_ids`` of a searched table in the namespace's ``wanted`` columns (in the
+    order given), then those the search filter keeps (``_rowid`` kept as a column)."""
+    plain = strip_field_ids(schema)
+    need = plain if table.sql else wanted
+    present = [src for f in need if (src := table.sources.get(f.name)) is not None]
+    ids = [int(i) for i in row_ids]
+    if present:
+        raw = take_rows(table.ds, ids, present)
+    else:
+        raw = pa.table({"__rows": pa.nulls(len(ids), pa.null())})
+    out = conform_for_read(raw, need, table.task.object_id, table.sources)
+    out = fill_constants(out, table.task.constants, need)
+    out = out.append_column("_rowid", pa.array(ids, pa.uint64()))
+    if table.sql:
+        out = _filtered(out, table.sql, out.schema)
+    return out.select([*wanted.names, "_rowid"])
+
+
+def fetch_scored(
+    picked: Sequence[tuple[SearchTable, np.ndarray, np.ndarray]],
+    column: str,
+    schema: pa.Schema,
+    target: pa.Schema,
+    threads: int = 1,
+) -> list[pa.Table]:
+    """For each (table, row ids, values): those rows in ``target``'s columns (the ones the
+    search filter keeps) with their values as float32 column ``column``; read in this thread
+    while that is quick, else ``threads`` tables at a time."""
+
+    def one_table(item: tuple[SearchTable, np.ndarray, np.ndarray]) -> pa.Table:
+        table, ids, values = item
+        rows = rows_by_id(table, ids.tolist(), schema, target)
+        by_id = dict(zip(ids.tolist(), values.tolist(), strict=True))
+        got = rows.column("_rowid").to_pylist()
+        return rows.drop_columns(["_rowid"]).append_column(
+            column, pa.array([by_id[r] for r in got], pa.float32())
+        )
+
+    return serial_while_fast(
+        lambda item: _guarded(item[0].task, lambda: one_table(item)), picked, threads
+    )
+
+
+def matching_ids(session: SearchSession, table: SearchTable) -> np.ndarray:
+    """The row ids (ascending) of the rows the table's filter keeps (Lance evaluates it, with
+    the table's scalar indexes)."""
+
+    def read() -> np.ndarray:
+        found = table.ds.to_table(columns=[], with_row_id=True, filter=table.lance_sql)
+        return np.sort(found.column("_rowid").to_numpy().astype(np.uint64))
+
+    key = (*table.version_key, table.lance_sql)
+    return session.keep("matches", key, read, lambda a: int(a.nbytes))
+
+
+def quoted(name: str) -> str:
+    """``name`` as a Lance SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
