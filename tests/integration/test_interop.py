@@ -378,7 +378,9 @@ def test_manifest_metadata_and_column_types(tmp_path: Path) -> None:
     assert schema.names == [c for c, _, _ in BASE_COLUMNS] + [
         "partition_field_country",
         "partition_field_event_year",
+        "dlp_stats",  # this package's extension: table statistics
     ]
+    assert schema.field("dlp_stats").type == pa.utf8()
     for name, typ, nullable in BASE_COLUMNS:
         f = schema.field(name)
         assert f.nullable is nullable, name
@@ -732,7 +734,11 @@ def test_writing_to_hand_written_namespace_uses_current_spec(tmp_path: Path) -> 
     after = _manifest(root)
     assert dict(after.metadata)[FLAG_KEY] == "2"
     assert json.loads(dict(after.metadata)["partition_spec_v1"]) == APPENDIX_A_V1
-    assert next(r for r in _manifest_rows(after) if r["object_id"] == V1_TABLE) == v1_before
+    # untouched, but for the statistics column this package's first commit added (NULL)
+    assert next(r for r in _manifest_rows(after) if r["object_id"] == V1_TABLE) == {
+        **v1_before,
+        "dlp_stats": None,
+    }
     for name in ("partition_field_event_date", "partition_field_event_year"):
         assert name in after.schema.names
     # new namespace rows carry their ancestors' partition values
