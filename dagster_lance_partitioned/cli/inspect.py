@@ -150,6 +150,9 @@ def _writer_flag_text(value: str | None) -> str:
     return f"{value} = " + "; ".join(f"bit {b['bit']}: {b['meaning']}" for b in bits)
 
 
+UNPARTITIONED = "no partition fields (one table holds every row)"
+
+
 def info_doc(ns: PartitionedNamespace) -> dict[str, Any]:
     """The ``info`` document of a namespace."""
     schema = ns.schema_with_ids
@@ -193,7 +196,7 @@ def write_info(ns: PartitionedNamespace, opts: Options, out: TextIO) -> None:
     text = Text(out, opts.max_width)
     schema = ns.schema_with_ids
     spec = ns.current_spec
-    fields = ", ".join(field_summary(f, schema) for f in spec.fields)
+    fields = ", ".join(field_summary(f, schema) for f in spec.fields) or UNPARTITIONED
     flag = ns.metadata.get(WRITER_FLAG_KEY)
     text.pairs(
         [
@@ -236,6 +239,9 @@ def _cmd_specs(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
         flags = (("current", spec.spec_id == current), ("draft shape", spec.draft))
         notes = [n for n, on in flags if on]
         out.write(f"spec v{spec.spec_id}" + (f" ({', '.join(notes)})" if notes else "") + "\n")
+        if not spec.fields:
+            out.write(UNPARTITIONED + "\n")
+            continue
         text.table(
             ["field_id", "sources", "transform", "result_type", "manifest column"],
             [

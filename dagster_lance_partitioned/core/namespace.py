@@ -93,7 +93,8 @@ class PartitionedNamespace:
         *,
         exist_ok: bool = False,
     ) -> PartitionedNamespace:
-        """Create an empty partitioned namespace at ``uri`` with spec v1.
+        """Create an empty partitioned namespace at ``uri`` with spec v1 of
+        ``partition_fields`` (none: unpartitioned, one table ``v1$dataset`` holds every row).
 
         Never replaces an existing namespace: when one exists (or another process creates one
         at the same time and wins), raises :class:`NamespaceExistsError`, or with ``exist_ok``

@@ -344,7 +344,8 @@ def resolve_fields(
     existing_specs: Sequence[PartitionSpec] = (),
 ) -> tuple[SpecField, ...]:
     """Turn requested fields into stored fields against ``schema``, reusing field ids of
-    existing specs for identical definitions and never reusing an id for a different one."""
+    existing specs for identical definitions and never reusing an id for a different one (no
+    fields: a spec without partitioning, whose one table holds every row)."""
     by_name = _top_level_ids(schema)
     types_by_id = _types_by_id(schema)
     previous = [f for s in existing_specs for f in s.fields]
@@ -387,8 +388,6 @@ def resolve_fields(
             if sid not in types_by_id:
                 raise SpecError(f"partition field {sf.field_id!r}: source id {sid} not in schema")
         out.append(sf)
-    if not out:
-        raise SpecError("a partition spec needs at least one field")
     return tuple(out)
 
 
