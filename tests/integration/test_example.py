@@ -157,6 +157,36 @@ def test_dagster_pipeline_end_to_end(tmp_path):
         assert set(coverage) == {"features_ivf_pq", "carrier_bitmap"}
         assert coverage["features_ivf_pq"]["partitions_indexed"] == 1  # the key's own table
         assert meta["lance/index_partitions_needing"].value == 0
+        assert_checks_evaluate_the_latest_materializations(instance)
+
+
+def assert_checks_evaluate_the_latest_materializations(instance) -> None:
+    """Every asset check's latest evaluation passed on its asset's latest materialization (the
+    one the UI shows the checks of), also after the external change and the run it requests."""
+    import dagster as dg
+
+    for name in ["flights", "weather", "planes", "airlines", "flight_delays_enriched"]:
+        key = dg.AssetKey(name)
+        [latest] = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key), limit=1
+        ).records
+        names = [*UI_CHECKS, *(["lance_index_coverage"] if name == INDEXED else [])]
+        for check in names:
+            record = instance.get_latest_asset_check_evaluation_record(dg.AssetCheckKey(key, check))
+            assert record is not None, (name, check)
+            evaluation = record.event.dagster_event.event_specific_data
+            assert evaluation.passed, (name, check)
+            target = evaluation.target_materialization_data
+            assert target is not None and target.storage_id == latest.storage_id, (name, check)
+
+
+UI_CHECKS = [
+    "lance_schema_consistency",
+    "lance_read_version_consistency",
+    "lance_partition_integrity",
+    "lance_dagster_coverage",
+]
+INDEXED = "flight_delays_enriched"
 
 
 def assert_enriched_indexed(enriched: PartitionedNamespace) -> None:
