@@ -54,6 +54,7 @@ from .ops.maintenance import (
     DropResult,
     VacuumResult,
 )
+from .ops.report import HealthReport
 from .read.planning import ScanPlan, ScanTask
 from .read.pruning import SpecPruning
 from .row_changes.change import RowChangeResult
@@ -76,6 +77,7 @@ __all__ = [
     "DuplicateKeyError",
     "ExpressionError",
     "FilterError",
+    "HealthReport",
     "HiveImportError",
     "IndexBuildError",
     "IndexCoverage",
