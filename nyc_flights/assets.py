@@ -135,7 +135,7 @@ VECTOR = pa.list_(pa.float32(), len(FEATURES))
 
 
 def feature_vector() -> Column:
-    """The ``features`` column: :data:`FEATURES` scaled, as a Spark array of floats."""
+    """The ``features`` column: ``FEATURES`` scaled, as a Spark array of floats."""
     scaled = [
         (F.coalesce(F.col(name).cast("double"), F.lit(centre)) - F.lit(centre)) / F.lit(scale)
         for name, centre, scale in FEATURES
@@ -180,7 +180,7 @@ def flight_delays_enriched(
 ) -> pa.Table:
     """Each flight with the weather at its origin in its scheduled hour, its plane and airline,
     and ``features``: its hour, delays, distance and weather as a vector of 8 floats
-    (:data:`FEATURES`), indexed per day for similarity search. Computed in Spark; returned as
+    (``FEATURES``), indexed per day for similarity search. Computed in Spark; returned as
     Arrow because a vector index needs a fixed-size list, which Spark's arrays are not (a
     day's rows are few)."""
     enriched = (

@@ -117,7 +117,7 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
 
     Outputs and inputs may be Spark DataFrames, pyarrow Tables / RecordBatchReaders or pandas
     DataFrames (chosen by the object, and for inputs by the type annotation); more types by
-    overriding :meth:`type_handlers`. Partitioned assets need metadata ``partition_expr`` (a
+    overriding ``type_handlers()``. Partitioned assets need metadata ``partition_expr`` (a
     column, or ``{dimension: column}``). Unpartitioned assets need nothing: each run replaces
     the whole asset (a namespace without partition fields, one table) in one manifest commit;
     ``lance/partition_by`` stores one partitioned by its data instead. Each run of a
