@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import logging
 import os
 import shutil
 import sys
@@ -45,8 +46,41 @@ SENSOR_ROLES = {  # what each of the project's sensors does once started
     "lance_schema_evolution": "records schema changes, adopts columns added to partitions",
 }
 
-# Dagster's console logger prints every event at DEBUG; --verbose restores that
+# Dagster's console logger prints every event at DEBUG: the runs below print their progress
+# instead (PROGRESS); --verbose restores Dagster's event log
 RUN_CONFIG: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+VERBOSE = False
+PROGRESS_EVENTS = {"RESOURCE_INIT_STARTED", "STEP_START"}  # printed as they happen
+
+
+@dg.logger(description="Prints a run's progress: its log messages and steps, one line each.")
+def progress_logger(init_context: dg.InitLoggerContext) -> logging.Logger:
+    """What the run's log says as it goes (the messages asset code and the IO manager log, in
+    the UI's run log too, and when a step or its resources start), one line each with the time
+    since the run started."""
+    log = logging.Logger("run_pipeline.progress", logging.DEBUG)  # Dagster's events are DEBUG
+    log.addHandler(_ProgressHandler(time.perf_counter()))
+    return log
+
+
+class _ProgressHandler(logging.Handler):
+    def __init__(self, started: float) -> None:
+        super().__init__(logging.DEBUG)
+        self.started = started
+
+    def emit(self, record: logging.LogRecord) -> None:
+        meta = getattr(record, "dagster_meta", None) or {}
+        event = meta.get("dagster_event")
+        if event is None and record.levelno >= logging.INFO:
+            text = str(meta.get("orig_message", record.getMessage()))
+        elif event is not None and event.event_type_value in PROGRESS_EVENTS:
+            text = str(event.message or event.event_type_value)
+        else:
+            return
+        where = meta.get("step_key") or ""
+        if where and not text.startswith(f"{where}:"):
+            text = f"{where}: {text}"
+        print(f"  {time.perf_counter() - self.started:6.1f}s  {text}", flush=True)
 
 
 def _range(first: str, last: str) -> dict[str, str]:
@@ -58,14 +92,21 @@ def _range(first: str, last: str) -> dict[str, str]:
 def _run(
     defs: dg.Definitions, label: str, keys: list[dg.AssetKey], instance: dg.DagsterInstance, **kw
 ) -> None:
-    """One run of the project's assets ``keys`` (its checks run afterwards, in one run)."""
+    """One run of the project's assets ``keys`` (its checks run afterwards, in one run),
+    printing its progress as it goes (as ``dg.materialize`` runs it, with the progress
+    logger)."""
+    print(label, flush=True)
     t0 = time.perf_counter()
-    result = dg.materialize(
-        list(defs.assets or []),
-        selection=keys,
-        instance=instance,
+    job = dg.Definitions(
+        jobs=[dg.define_asset_job("__ephemeral_asset_job__", selection=keys)],
+        assets=list(defs.assets or []),
         resources=defs.resources,
-        run_config=RUN_CONFIG,
+        loggers={} if VERBOSE else {"progress": progress_logger},
+    ).resolve_job_def("__ephemeral_asset_job__")
+    result = job.execute_in_process(
+        run_config=RUN_CONFIG if VERBOSE else {"loggers": {"progress": {}}},
+        instance=instance,
+        partition_key=kw.pop("partition_key", None),
         **kw,
     )
     assert result.success, label
@@ -73,25 +114,16 @@ def _run(
     meta = events[0].materialization.metadata if events else {}
     version = meta["lance/manifest_version"].value if "lance/manifest_version" in meta else "-"
     print(
-        f"{label:<44} {time.perf_counter() - t0:6.1f}s  {len(events):>4} partition event(s), "
-        f"manifest v{version}"
+        f"  {time.perf_counter() - t0:6.1f}s  done: {len(events)} partition event(s), "
+        f"manifest v{version}",
+        flush=True,
     )
 
 
 def _operations(defs: dg.Definitions, instance: dg.DagsterInstance, root: str) -> None:
-    """Asset checks, a write made outside Dagster seen by the sensor, and the maintenance job."""
-    checks = dg.materialize(
-        [*(defs.assets or []), *(defs.asset_checks or [])],
-        selection=dg.AssetSelection.all_asset_checks(),
-        instance=instance,
-        resources=defs.resources,
-        run_config=RUN_CONFIG,
-    )
-    evaluations = checks.get_asset_check_evaluations()
-    failed = [f"{e.asset_key.to_user_string()}:{e.check_name}" for e in evaluations if not e.passed]
-    print(f"asset checks: {len(evaluations) - len(failed)} passed, {len(failed)} failed {failed}")
-    assert not failed
-
+    """A write made outside Dagster seen by the sensor (and the run it requests), the
+    maintenance job, and last the asset checks: run after every materialization, they are the
+    ones the UI shows against each asset's latest materialization."""
     sensor = defs.resolve_sensor_def("lance_external_changes")
     first = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
     assert isinstance(first, dg.SensorResult)
@@ -129,6 +161,21 @@ def _operations(defs: dg.Definitions, instance: dg.DagsterInstance, root: str) -
         if e.event_type_value == "ASSET_OBSERVATION"
     )
     print(f"maintenance job: {compacted} partition table(s) compacted; every row kept")
+
+    checks = dg.materialize(
+        [*(defs.assets or []), *(defs.asset_checks or [])],
+        selection=dg.AssetSelection.all_asset_checks(),
+        instance=instance,
+        resources=defs.resources,
+        run_config=RUN_CONFIG,
+    )
+    evaluations = checks.get_asset_check_evaluations()
+    failed = [f"{e.asset_key.to_user_string()}:{e.check_name}" for e in evaluations if not e.passed]
+    print(
+        f"asset checks: {len(evaluations) - len(failed)} passed, {len(failed)} failed {failed} "
+        "(of each asset's latest materialization, as the UI shows them)"
+    )
+    assert not failed
 
 
 def _apply_sensor_tick(
@@ -306,7 +353,9 @@ def main() -> None:
     )
     ap.add_argument("--verbose", action="store_true", help="print Dagster's event log")
     args = ap.parse_args()
+    global VERBOSE
     if args.verbose:
+        VERBOSE = True
         RUN_CONFIG.clear()
     root = os.path.abspath(args.root)
     home = os.path.abspath(args.dagster_home)

@@ -22,7 +22,7 @@ assets stored in Lance partitioned namespaces, computed with PySpark.
   workspace.yaml`` load it.
 
 Storage: ``DLP_ROOT`` (default ``data/pipeline`` in the repository; a relative path is taken from
-the working directory; any object store URI works), see :mod:`nyc_flights.settings`."""
+the working directory; any object store URI works), see ``nyc_flights.settings``."""
 
 import warnings as _warnings
 

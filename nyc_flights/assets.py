@@ -55,7 +55,10 @@ def flights(context: dg.AssetExecutionContext, pyspark: PySparkResource) -> Data
         .withColumn("delayed", F.col("dep_delay") > 15)
         .withColumn("sched_dep", F.col("time_hour") + F.make_interval(mins=F.col("minute")))
     )
-    context.log.info(f"{len(wanted)} (date, origin) partitions")
+    context.log.info(
+        f"{len(wanted)} (date, origin) partitions: {len(dates)} day(s) x {len(origins)} "
+        "airport(s), read and written by Spark when the IO manager stores them"
+    )
     return df
 
 
@@ -79,6 +82,7 @@ def weather(context: dg.AssetExecutionContext) -> pd.DataFrame:
         [(c, "first") for c in ["temp", "humid", "wind_speed", "precip", "visib"]]
     )
     table = table.rename_columns([c.removesuffix("_first") for c in table.column_names])
+    context.log.info(f"{table.num_rows} observations in {len(context.partition_keys)} hour(s)")
     return table.to_pandas()
 
 
@@ -131,7 +135,7 @@ VECTOR = pa.list_(pa.float32(), len(FEATURES))
 
 
 def feature_vector() -> Column:
-    """The ``features`` column: :data:`FEATURES` scaled, as a Spark array of floats."""
+    """The ``features`` column: ``FEATURES`` scaled, as a Spark array of floats."""
     scaled = [
         (F.coalesce(F.col(name).cast("double"), F.lit(centre)) - F.lit(centre)) / F.lit(scale)
         for name, centre, scale in FEATURES
@@ -167,6 +171,7 @@ def feature_vector() -> Column:
     automation_condition=eager_any_partition(),
 )
 def flight_delays_enriched(
+    context: dg.AssetExecutionContext,
     pyspark: PySparkResource,  # the session the Spark inputs are loaded into
     flights: DataFrame,
     weather: DataFrame,
@@ -175,7 +180,7 @@ def flight_delays_enriched(
 ) -> pa.Table:
     """Each flight with the weather at its origin in its scheduled hour, its plane and airline,
     and ``features``: its hour, delays, distance and weather as a vector of 8 floats
-    (:data:`FEATURES`), indexed per day for similarity search. Computed in Spark; returned as
+    (``FEATURES``), indexed per day for similarity search. Computed in Spark; returned as
     Arrow because a vector index needs a fixed-size list, which Spark's arrays are not (a
     day's rows are few)."""
     enriched = (
@@ -205,7 +210,12 @@ def flight_delays_enriched(
             "features",
         )
     )
+    context.log.info(
+        f"joining the flights of {len(context.partition_keys)} day(s) with the weather, planes "
+        "and airlines in Spark"
+    )
     table = enriched.toArrow()
+    context.log.info(f"{table.num_rows} flights enriched")
     at = table.schema.get_field_index("features")
     return table.set_column(at, pa.field("features", VECTOR), table["features"].cast(VECTOR))
 

@@ -12,10 +12,14 @@ from typing import Any, Protocol, TextIO
 
 import pyarrow as pa
 
-from ..core.errors import NamespaceNotFoundError, NotAPartitionedNamespaceError
+from ..core.errors import (
+    NamespaceNotFoundError,
+    NotAPartitionedNamespaceError,
+    PartitionedNamespaceError,
+)
 from ..core.namespace import PartitionedNamespace
 from ._output import PROG, error_text
-from ._walk import namespaces_below
+from ._walk import DEFAULT_LS_DEPTH, Found, find_namespaces, namespaces_below
 from .errors import CliError
 
 DEFAULT_MAX_WIDTH = 80
@@ -204,3 +208,31 @@ def open_ns(args: argparse.Namespace, opts: Options) -> PartitionedNamespace:
             f"{'namespaces' if one else 'them'} with {ls}; open {'it' if one else 'one'} "
             f"with {example})"
         ) from None
+
+
+def open_ns_or_below(args: argparse.Namespace, opts: Options) -> PartitionedNamespace | list[Found]:
+    """The namespace named on the command line (at the ``--as-of`` version if given), or, when
+    ``URI`` is no namespace but holds some below it (e.g. a Dagster IO manager's root), every
+    one ``ls`` finds there, by path (those that cannot be opened with their error)."""
+    try:
+        return PartitionedNamespace.open(
+            args.uri, storage_options=opts.storage_options, version=opts.version
+        )
+    except (NamespaceNotFoundError, NotAPartitionedNamespaceError) as e:
+        try:
+            found = [
+                f
+                for f in find_namespaces(args.uri, opts.storage_options, DEFAULT_LS_DEPTH)
+                if f.path != "."
+            ]
+        except (CliError, PartitionedNamespaceError, OSError, ValueError):
+            found = []
+        if not found:
+            raise e from None
+        if opts.version is not None:
+            raise CliError(
+                f"{args.uri} holds {len(found)} partitioned namespaces, each with its own "
+                "manifest versions: --as-of reads one namespace, give its path "
+                f"(e.g. {shlex.quote(args.uri.rstrip('/') + '/' + found[0].path)})"
+            ) from None
+        return sorted(found, key=lambda f: f.path)

@@ -19,6 +19,7 @@ from ..core.ops.health import (
     UncommittedVersion,
     VersionIssue,
 )
+from ..core.ops.report import HealthReport
 from ._args import (
     EXIT_ERROR,
     EXIT_OK,
@@ -26,7 +27,7 @@ from ._args import (
     Options,
     non_negative_float,
     non_negative_int,
-    open_ns,
+    open_ns_or_below,
 )
 from ._output import Text, error_text, plural, size_text, write_json
 
@@ -38,8 +39,9 @@ def register(add: AddCommand) -> None:
         _cmd_check,
         True,
         "health checks: partition schemas, pinned versions, uncommitted versions, orphan tables "
-        "and partition integrity (exit 1 when a problem is found; leftovers of interrupted "
-        "writes are reported and do not count unless --strict)",
+        "and partition integrity, of the namespace or of each namespace a directory holding "
+        "several has (exit 1 when a problem is found; leftovers of interrupted writes are "
+        "reported and do not count unless --strict)",
     )
     p.add_argument(
         "--history",
@@ -72,80 +74,141 @@ def register(add: AddCommand) -> None:
 
 def _cmd_check(args: argparse.Namespace, opts: Options, out: TextIO) -> int:
     """``check URI [--history N] [--sample N] [--grace-hours N] [--strict]``: exit 1 when a
-    problem is found, or with ``--strict`` a leftover of an interrupted write."""
-    ns = open_ns(args, opts)
-    schema = ns.inspect.check_schemas()
-    broken, uncommitted = ns.inspect.check_read_versions(history=args.history)
-    orphans = ns.inspect.find_orphans()  # what vacuum would remove (every version on storage)
+    problem is found, or with ``--strict`` a leftover of an interrupted write. A ``URI``
+    holding several namespaces (``ls`` finds them) has each of them checked."""
     grace = dt.timedelta(hours=args.grace_hours)
-    stale = [o for o in orphans if o.stale(grace)]
-    young = [o for o in orphans if not o.stale(grace)]
-    integrity = ns.inspect.check_integrity(sample=args.sample)
-    partitions = len(ns.inspect.partitions())
-    checked = partitions if args.sample is None else min(args.sample, partitions)
-    found = len(schema) + len(broken) + len(stale) + len(integrity)
-    leftovers = len(uncommitted) + len(young)
-    code = EXIT_ERROR if found or (args.strict and leftovers) else EXIT_OK
+    found = open_ns_or_below(args, opts)
+    if not isinstance(found, list):
+        report = found.inspect.check(history=args.history, sample=args.sample, grace=grace)
+        if opts.json:
+            write_json(out, _report_doc(report, args.strict))
+        else:
+            _write_report(report, args, opts, out)
+            out.write("\n" + _verdict(report.problems, report.leftovers, args.strict) + "\n")
+        return _exit_code(report, args.strict)
+    reports = [
+        (f, f.ns.inspect.check(history=args.history, sample=args.sample, grace=grace))
+        if f.ns is not None
+        else (f, None)
+        for f in found
+    ]
+    failed = [f.path for f, r in reports if r is None or _exit_code(r, args.strict)]
     if opts.json:
         write_json(
             out,
             {
-                "uri": ns.uri,
-                "manifest_version": ns.version,
-                "healthy": found == 0,
-                "issues": found,
-                "leftovers": leftovers,
+                "root": args.uri,
+                "healthy": not failed,
                 "strict": bool(args.strict),
-                "partitions": partitions,
-                "integrity_partitions_checked": checked,
-                "schema": [dataclasses.asdict(i) for i in schema],
-                "read_versions": [
-                    {**dataclasses.asdict(i), "detail": error_text(i.detail)} for i in broken
+                "failed": failed,
+                "namespaces": [
+                    {"path": f.path, **_report_doc(r, args.strict)}
+                    if r is not None
+                    else {"path": f.path, "uri": f.uri, "healthy": False, "error": f.error}
+                    for f, r in reports
                 ],
-                "uncommitted": [dataclasses.asdict(i) for i in uncommitted],
-                "orphans": [{**dataclasses.asdict(i), "stale": i.stale(grace)} for i in orphans],
-                "integrity": [dataclasses.asdict(i) for i in integrity],
             },
         )
-        return code
+    else:
+        for i, (f, r) in enumerate(reports):
+            out.write(("\n" if i else "") + f"== {f.path}\n")
+            if r is None:
+                out.write(f"unreadable: {f.error}\n")
+                continue
+            _write_report(r, args, opts, out)
+            out.write("\n" + _verdict(r.problems, r.leftovers, args.strict) + "\n")
+        out.write(
+            f"\n{plural(len(reports), 'namespace')} under {args.uri}: "
+            + (f"{len(failed)} failed ({', '.join(failed)})" if failed else "all healthy")
+            + "\n"
+        )
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+def _exit_code(report: HealthReport, strict: bool) -> int:
+    return EXIT_ERROR if not report.ok or (strict and report.leftovers) else EXIT_OK
+
+
+def _report_doc(report: HealthReport, strict: bool) -> dict[str, Any]:
+    """The JSON document of one namespace's report."""
+    return {
+        "uri": report.uri,
+        "manifest_version": report.manifest_version,
+        "healthy": report.ok,
+        "issues": report.problems,
+        "leftovers": report.leftovers,
+        "strict": bool(strict),
+        "partitions": report.partitions,
+        "integrity_partitions_checked": report.integrity_checked,
+        "schema": [dataclasses.asdict(i) for i in report.schema_issues],
+        "read_versions": [
+            {**dataclasses.asdict(i), "detail": error_text(i.detail)} for i in report.version_issues
+        ],
+        "uncommitted": [dataclasses.asdict(i) for i in report.uncommitted],
+        "orphans": [
+            {**dataclasses.asdict(o), "stale": o.stale(report.grace)} for o in report.orphans
+        ],
+        "integrity": [dataclasses.asdict(i) for i in report.integrity_issues],
+    }
+
+
+def _write_report(
+    report: HealthReport, args: argparse.Namespace, opts: Options, out: TextIO
+) -> None:
+    """One namespace's report as text, up to its verdict."""
     text = Text(out, opts.max_width)
 
     def status(items: Sequence[Any], word: str, ok: str = "ok") -> str:
         return plural(len(items), word) if items else ok
 
     hours = f"{args.grace_hours:g} h"
+    orphans = report.orphans
+    uncommitted = report.uncommitted
     oldest = max((o.age_seconds for o in orphans), default=0.0) / 3600
     text.pairs(
         [
-            ("root", ns.uri),
-            ("manifest version", str(ns.version)),
-            ("partitions", str(partitions)),
-            ("schema", status(schema, "problem")),
-            ("read versions", status(broken, "unreadable table")),
+            ("root", report.uri),
+            ("manifest version", str(report.manifest_version)),
+            ("partitions", str(report.partitions)),
+            ("schema", status(report.schema_issues, "problem")),
+            ("read versions", status(report.version_issues, "unreadable table")),
             ("uncommitted", status(uncommitted, "table") + _leftover(len(uncommitted))),
             (
                 "orphans",
                 f"{plural(len(orphans), 'orphan table')} "
                 f"({size_text(sum(o.bytes for o in orphans))}, oldest {oldest:.1f} h; "
-                f"{len(stale)} older than {hours})"
+                f"{len(report.stale_orphans)} older than {hours})"
                 if orphans
                 else "none",
             ),
-            ("integrity", status(integrity, "problem", f"ok ({checked} checked)")),
+            (
+                "integrity",
+                status(
+                    report.integrity_issues, "problem", f"ok ({report.integrity_checked} checked)"
+                ),
+            ),
         ]
     )
-    for title, headers, rows in _problem_sections(text, schema, broken, stale, integrity, hours):
+    sections = _problem_sections(
+        text,
+        report.schema_issues,
+        report.version_issues,
+        report.stale_orphans,
+        report.integrity_issues,
+        hours,
+    )
+    for title, headers, rows in sections:
         _section(text, out, title, headers, rows)
-    if leftovers:
+    if report.leftovers:
         out.write(
             "\nleftovers of interrupted writes (harmless: reads never see them; the "
             "partition's next write supersedes an uncommitted version, `vacuum` removes orphan "
             f"tables past its grace, {ORPHAN_GRACE.total_seconds() / 3600:g} h by default):\n"
         )
-        for title, headers, rows in _leftover_sections(text, uncommitted, young, hours):
+        for title, headers, rows in _leftover_sections(
+            text, uncommitted, report.young_orphans, hours
+        ):
             _section(text, out, title, headers, rows)
-    out.write("\n" + _verdict(found, leftovers, args.strict) + "\n")
-    return code
 
 
 Section = tuple[str, list[str], list[list[str]]]

@@ -38,7 +38,14 @@ from ..core.read.field_filters import resolve_filter
 from ..core.read.planning import ScanTask
 from ..core.read.scan import open_table
 from ..core.spec.describe import field_summary, source_labels, transform_text
-from ._args import AddCommand, Options, column_list, non_negative_int, open_ns
+from ._args import (
+    AddCommand,
+    Options,
+    column_list,
+    non_negative_int,
+    open_ns,
+    open_ns_or_below,
+)
 from ._fields import spec_doc
 from ._output import Text, is_numeric, plural, size_text, to_json_value, write_json
 from ._walk import DEFAULT_LS_DEPTH, find_namespaces
@@ -48,7 +55,13 @@ DEFAULT_HISTORY = 20
 
 def register(add: AddCommand) -> None:
     """Add the read-only subcommands."""
-    add("info", _cmd_info, True, "summary: root, manifest version, current spec, counts")
+    add(
+        "info",
+        _cmd_info,
+        True,
+        "summary: root, manifest version, current spec, counts (of each namespace a directory "
+        "holding several has)",
+    )
     add("specs", _cmd_specs, True, "every partition spec version with its fields")
     p = add(
         "partitions",
@@ -150,6 +163,9 @@ def _writer_flag_text(value: str | None) -> str:
     return f"{value} = " + "; ".join(f"bit {b['bit']}: {b['meaning']}" for b in bits)
 
 
+UNPARTITIONED = "no partition fields (one table holds every row)"
+
+
 def info_doc(ns: PartitionedNamespace) -> dict[str, Any]:
     """The ``info`` document of a namespace."""
     schema = ns.schema_with_ids
@@ -193,7 +209,7 @@ def write_info(ns: PartitionedNamespace, opts: Options, out: TextIO) -> None:
     text = Text(out, opts.max_width)
     schema = ns.schema_with_ids
     spec = ns.current_spec
-    fields = ", ".join(field_summary(f, schema) for f in spec.fields)
+    fields = ", ".join(field_summary(f, schema) for f in spec.fields) or UNPARTITIONED
     flag = ns.metadata.get(WRITER_FLAG_KEY)
     text.pairs(
         [
@@ -209,8 +225,32 @@ def write_info(ns: PartitionedNamespace, opts: Options, out: TextIO) -> None:
 
 
 def _cmd_info(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
-    """``info URI``."""
-    write_info(open_ns(args, opts), opts, out)
+    """``info URI``: a namespace's summary, or that of each namespace a ``URI`` holding
+    several has (as ``ls`` finds them)."""
+    found = open_ns_or_below(args, opts)
+    if not isinstance(found, list):
+        write_info(found, opts, out)
+        return
+    if opts.json:
+        write_json(
+            out,
+            {
+                "root": args.uri,
+                "namespaces": [
+                    {"path": f.path, **info_doc(f.ns)}
+                    if f.ns is not None
+                    else {"path": f.path, "uri": f.uri, "error": f.error}
+                    for f in found
+                ],
+            },
+        )
+        return
+    for i, f in enumerate(found):
+        out.write(("\n" if i else "") + f"== {f.path}\n")
+        if f.ns is None:
+            out.write(f"unreadable: {f.error}\n")
+        else:
+            write_info(f.ns, opts, out)
 
 
 def _cmd_specs(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
@@ -236,6 +276,9 @@ def _cmd_specs(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
         flags = (("current", spec.spec_id == current), ("draft shape", spec.draft))
         notes = [n for n, on in flags if on]
         out.write(f"spec v{spec.spec_id}" + (f" ({', '.join(notes)})" if notes else "") + "\n")
+        if not spec.fields:
+            out.write(UNPARTITIONED + "\n")
+            continue
         text.table(
             ["field_id", "sources", "transform", "result_type", "manifest column"],
             [
@@ -629,7 +672,7 @@ def _cmd_ls(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
                 else [
                     str(d["manifest_version"]),
                     str(d["partitions"]),
-                    text.cut(f"v{d['spec_id']}: " + ", ".join(d["fields"])),
+                    text.cut(f"v{d['spec_id']}: " + (", ".join(d["fields"]) or UNPARTITIONED)),
                 ]
             )
             for d in docs

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -454,12 +455,33 @@ def _what_searched(
     return f"nearest to the vector on column {column} ({DISTANCE}: {how}), nearest first"
 
 
+def _check_text_index(ns: PartitionedNamespace, args: argparse.Namespace) -> None:
+    """Refuse a text query that no declared full-text index serves, naming the command that
+    declares one (a column the namespace lacks is left to the search's own error)."""
+    text = [d for d in declared(ns) if d.kind == "text"]
+    column = args.column
+    if column is None and text:
+        return
+    if column is not None and (
+        any(d.column == column for d in text) or ns.schema.get_field_index(column) < 0
+    ):
+        return
+    shown = shlex.quote(column) if column is not None else "COLUMN"
+    where = f" on {column!r}" if column is not None else "; none is declared"
+    raise CliError(
+        f"{ns.uri}: a text query needs a full-text (INVERTED) index{where}: declare one with "
+        f"`{PROG} create-index {shlex.quote(args.uri)} {shown} INVERTED`"
+    )
+
+
 def _cmd_search(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
     """``search URI (--vector JSON | --vector-file PATH | --text TEXT) [-k N] [--filter SQL]
     [--column NAME] [--columns A,B] [--probes N] [--refine-factor N] ...``."""
     query = query_of(args)
     params = search_params(args)
     ns = open_ns(args, opts)
+    if isinstance(query, str):
+        _check_text_index(ns, args)
     flt = resolve_filter(ns, args.filter)
     row_filter = flt.row_filter()
     found = ns.search(

@@ -13,6 +13,7 @@ from .errors import (
     MaintenanceConflictError,
     ManifestError,
     MergeKeyError,
+    MixedCalendarPeriodsWarning,
     NamespaceExistsError,
     NamespaceNotFoundError,
     NotAPartitionedNamespaceError,
@@ -53,6 +54,7 @@ from .ops.maintenance import (
     DropResult,
     VacuumResult,
 )
+from .ops.report import HealthReport
 from .ops.statistics import StatisticsResult
 from .read.planning import ScanPlan, ScanTask
 from .read.pruning import SpecPruning
@@ -77,6 +79,7 @@ __all__ = [
     "DuplicateKeyError",
     "ExpressionError",
     "FilterError",
+    "HealthReport",
     "HiveImportError",
     "IndexBuildError",
     "IndexCoverage",
@@ -89,6 +92,7 @@ __all__ = [
     "MaintenanceConflictError",
     "ManifestError",
     "MergeKeyError",
+    "MixedCalendarPeriodsWarning",
     "NamespaceExistsError",
     "NamespaceNotFoundError",
     "NamespaceState",

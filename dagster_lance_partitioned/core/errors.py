@@ -1,7 +1,8 @@
 """Exceptions raised by the partitioned-namespace core.
 
 Every error names what is at fault (column, partition, field id, path) so a user can act on it.
-All derive from :class:`PartitionedNamespaceError`.
+All derive from :class:`PartitionedNamespaceError`; the one warning,
+:class:`MixedCalendarPeriodsWarning`, is a ``UserWarning``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ class NullabilityError(SchemaMismatchError):
 
 class SpecError(PartitionedNamespaceError):
     """A partition spec is malformed (unknown transform, bad source id, ...)."""
+
+
+class MixedCalendarPeriodsWarning(UserWarning):
+    """A new partition spec has a date-part field that groups rows of many periods into one
+    partition: ``month`` (the month of the year) without ``year``, ``day`` (the day of the
+    month) without ``year`` and ``month``, ``hour`` (the hour of the day) without the date, on
+    the same column. The message names each such field and the window field
+    (``PartitionField.window``) that gives one partition per month, day or hour."""
 
 
 class UnknownTransformError(SpecError):

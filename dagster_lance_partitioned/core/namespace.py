@@ -39,6 +39,7 @@ from .read.scan import TABLE_BATCH_ROWS, count_plan_rows, scan_reader
 from .schema import arrow_json
 from .schema.namespace_schema import check_columns
 from .schema.namespace_schema import snapshot_schema as snapshot_schema  # re-exported
+from .spec.calendar_fields import warn_mixed_periods
 from .spec.partition_spec import PartitionField, PartitionSpec, SpecField, resolve_fields
 from .spec.partitioner import SpecEvaluator
 from .write import WriteMode, WriteResult
@@ -94,7 +95,8 @@ class PartitionedNamespace:
         *,
         exist_ok: bool = False,
     ) -> PartitionedNamespace:
-        """Create an empty partitioned namespace at ``uri`` with spec v1.
+        """Create an empty partitioned namespace at ``uri`` with spec v1 of
+        ``partition_fields`` (none: unpartitioned, one table ``v1$dataset`` holds every row).
 
         Never replaces an existing namespace: when one exists (or another process creates one
         at the same time and wins), raises :class:`NamespaceExistsError`, or with ``exist_ok``
@@ -122,6 +124,7 @@ class PartitionedNamespace:
         ns_schema, _ = arrow_json.assign_field_ids(arrow_json.normalize_schema(schema), 0)
         spec = PartitionSpec(1, resolve_fields(partition_fields, ns_schema))
         SpecEvaluator(spec, ns_schema)  # compiles every expression and checks result types
+        warn_mixed_periods(spec.fields, ns_schema)
         manifest_schema = base_manifest_schema()
         for f in partition_field_columns([spec]):
             manifest_schema = manifest_schema.append(f)

@@ -30,6 +30,7 @@ from dagster.components import (
 )
 from pydantic import Field
 
+from .._roles import ROLE, replace_roles
 from .checks import CHECKS, build_lance_partitioned_checks
 from .io_manager import LancePartitionedIOManager
 from .maintenance import build_lance_maintenance_job, build_lance_maintenance_schedule
@@ -65,9 +66,9 @@ class LancePartitionedComponent(Component, Resolvable, Model):
     metadata declares ``lance/indexes``; with ``partitioned_checks`` one more step for the
     checks per partition), the external-change and schema sensors and the maintenance job with
     its nightly schedule, all locating the namespaces through one
-    :class:`~.resource.LancePartitionedResource`, which asset code gets under
-    ``resource_key``. Assets get the kind ``lance`` (and ``spark`` when they return a Spark
-    DataFrame)."""
+    ``LancePartitionedResource``, which asset code gets under ``resource_key``. Assets get
+    the kind ``lance`` (and ``spark`` when they return a Spark DataFrame); Sphinx roles in
+    their descriptions are shown as code."""
 
     root: str = Field(description="Storage root: a local path or an object store URI.")
     assets_module: str = Field(
@@ -125,7 +126,7 @@ class LancePartitionedComponent(Component, Resolvable, Model):
         and the resource and IO manager."""
         lake = LancePartitionedResource(root=self.root, storage_options=self.storage_options)
         io_manager = LancePartitionedIOManager(root=lake.root, storage_options=lake.storage_options)
-        assets = [_with_kinds(a, self.io_manager_key) for a in self._load_assets()]
+        assets = [_as_stored(a) for a in self._load_assets()]
         checks = build_lance_partitioned_checks(
             assets,
             lake,
@@ -179,15 +180,19 @@ class LancePartitionedComponent(Component, Resolvable, Model):
         return chosen
 
 
-def _with_kinds(assets_def: dg.AssetsDefinition, io_manager_key: str) -> dg.AssetsDefinition:
-    """``lance`` (and ``spark`` for Spark DataFrame outputs) added to every asset's kinds."""
+def _as_stored(assets_def: dg.AssetsDefinition) -> dg.AssetsDefinition:
+    """``lance`` (and ``spark`` for Spark DataFrame outputs) added to every asset's kinds, and
+    its description's Sphinx roles (``:data:`FEATURES```, from a docstring) shown as the UI
+    shows Markdown: ``FEATURES`` in code."""
     spark = _returns_spark(assets_def)
 
-    def kinds(spec: dg.AssetSpec) -> dg.AssetSpec:
+    def stored(spec: dg.AssetSpec) -> dg.AssetSpec:
         extra = {"lance", "spark"} if spark else {"lance"}
+        if spec.description and ROLE.search(spec.description):
+            spec = spec.replace_attributes(description=replace_roles(spec.description))
         return spec.merge_attributes(kinds=extra - set(spec.kinds))
 
-    return assets_def.map_asset_specs(kinds)
+    return assets_def.map_asset_specs(stored)
 
 
 def _returns_spark(assets_def: dg.AssetsDefinition) -> bool:

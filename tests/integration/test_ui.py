@@ -6,14 +6,17 @@ sensors and the schedules the README names."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -110,15 +113,11 @@ def _materialize_reference_tables(home: Path, root: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize("command", list(DEV))
-def test_dev_server_shows_what_the_example_materialized(tmp_path, command):
-    home, root = tmp_path / ".dagster", tmp_path / "pipeline"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    _materialize_reference_tables(home, root)
-    with dg.DagsterInstance.local_temp(str(home)) as instance:
-        runs = {r.run_id for r in instance.get_runs()}
-
+@contextlib.contextmanager
+def _dev_server(command: str, home: Path, root: Path, log: Path) -> Iterator[tuple[int, dict]]:
+    """``command`` (one of :data:`DEV`) serving the example on ``home`` and ``root``: yields its
+    port and the first answer of :data:`QUERY` once the code location has loaded (or failed
+    to); stopped with SIGINT on the way out, then checked for warnings of the project."""
     port = _free_port()
     env = {
         **os.environ,
@@ -127,7 +126,6 @@ def test_dev_server_shows_what_the_example_materialized(tmp_path, command):
         "VIRTUAL_ENV": sys.prefix,  # dg checks the active environment is the project's
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-    log = tmp_path / "dev.log"
     with log.open("w") as out:
         dev = subprocess.Popen(
             [*DEV[command], "-p", str(port)],
@@ -150,6 +148,39 @@ def test_dev_server_shows_what_the_example_materialized(tmp_path, command):
                 pass
             time.sleep(1)
         assert data is not None, log.read_text()[-3000:]
+        yield port, data
+    finally:
+        dev.send_signal(signal.SIGINT)
+        try:
+            dev.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(dev.pid, signal.SIGKILL)
+            dev.wait()
+    text = log.read_text()
+    project_warnings = [
+        line
+        for line in text.splitlines()
+        if "Warning" in line
+        and "SupersessionWarning" not in line
+        and "dev_command" not in line
+        and "SparkDeclarativePipelineScaffolder" not in line
+    ]
+    # the only warnings left are Dagster's own: `dagster dev` is superseded by `dg dev`; and
+    # `dg`, checking the defs.yaml files before it starts, lists the installed component
+    # libraries and so may instantiate dagster-spark's preview scaffolder (PreviewWarning)
+    assert project_warnings == [], text[-3000:]
+
+
+@pytest.mark.parametrize("command", list(DEV))
+def test_dev_server_shows_what_the_example_materialized(tmp_path, command):
+    home, root = tmp_path / ".dagster", tmp_path / "pipeline"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    _materialize_reference_tables(home, root)
+    with dg.DagsterInstance.local_temp(str(home)) as instance:
+        runs = {r.run_id for r in instance.get_runs()}
+
+    with _dev_server(command, home, root, tmp_path / "dev.log") as (_, data):
         [location] = data["workspaceOrError"]["locationEntries"]
         assert location["name"] == "nyc_flights"
         assert location["locationOrLoadError"]["__typename"] == "RepositoryLocation", location
@@ -175,26 +206,63 @@ def test_dev_server_shows_what_the_example_materialized(tmp_path, command):
         assert {"flights_job", "weather_job", "lance_maintenance"} <= {
             j["name"] for j in repo["jobs"]
         }
-    finally:
-        dev.send_signal(signal.SIGINT)
-        try:
-            dev.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(dev.pid, signal.SIGKILL)
-            dev.wait()
-    text = log.read_text()
-    project_warnings = [
-        line
-        for line in text.splitlines()
-        if "Warning" in line
-        and "SupersessionWarning" not in line
-        and "dev_command" not in line
-        and "SparkDeclarativePipelineScaffolder" not in line
-    ]
-    # the only warnings left are Dagster's own: `dagster dev` is superseded by `dg dev`; and
-    # `dg`, checking the defs.yaml files before it starts, lists the installed component
-    # libraries and so may instantiate dagster-spark's preview scaffolder (PreviewWarning)
-    assert project_warnings == [], text[-3000:]
+
+
+# what the UI shows on each asset: its checks' state against its latest materialization
+CHECK_STATES = """
+{
+  assetNodes {
+    assetKey { path }
+    assetChecksOrError {
+      ... on AssetChecks { checks { name executionForLatestMaterialization { status } } }
+    }
+  }
+}
+"""
+
+
+def test_when_the_example_ends_the_ui_shows_the_checks_it_printed(tmp_path):
+    """``examples/run_pipeline.py`` (what ``run_example.sh`` runs; two days, Spark in local
+    mode), then ``dagster dev`` on its instance: every check the script printed as passed is
+    shown passed on its asset, none "Not evaluated" -- also on ``flights`` and
+    ``flight_delays_enriched``, which the external-change demonstration materializes again."""
+    home, root = tmp_path / ".dagster", tmp_path / "pipeline"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env["DLP_SOURCE_DIR"] = str(tmp_path / "source")
+    env.pop("DAGSTER_HOME", None)
+    args = ["--root", str(root), "--days", "2", "--dagster-home", str(home)]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "run_pipeline.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    printed = re.search(r"^asset checks: (\d+) passed, 0 failed", proc.stdout, re.M)
+    assert printed is not None, proc.stdout
+
+    with _dev_server("dagster dev -w workspace.yaml", home, root, tmp_path / "dev.log") as (
+        port,
+        _,
+    ):
+        data = _graphql(port, CHECK_STATES)
+    shown = {
+        "/".join(n["assetKey"]["path"]): {
+            c["name"]: (c["executionForLatestMaterialization"] or {}).get("status")
+            for c in n["assetChecksOrError"]["checks"]
+        }
+        for n in data["assetNodes"]
+    }
+    assert set(shown) == set(ASSETS)
+    not_passed = {
+        f"{asset}:{check}": status
+        for asset, checks in shown.items()
+        for check, status in checks.items()
+        if status != "SUCCEEDED"
+    }
+    assert not_passed == {}, not_passed  # None: "Not evaluated" on the latest materialization
+    assert sum(len(c) for c in shown.values()) == int(printed.group(1))
 
 
 def test_example_script_creates_the_dagster_home_the_readme_names(tmp_path):

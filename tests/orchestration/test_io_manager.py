@@ -300,8 +300,6 @@ def broken_asset(kind: str) -> dg.AssetsDefinition:
         return dg.asset(
             name="broken", partitions_def=DAILY, metadata={"partition_expr": "time_hour"}
         )(lambda: rows.to_pylist())
-    if kind == "no partition_by":
-        return dg.asset(name="broken")(lambda: rows)
     if kind == "bad write mode":
         return dg.asset(
             name="broken", metadata={"lance/partition_by": ["origin"], "lance/write_mode": "upsert"}
@@ -1109,7 +1107,6 @@ def test_unpartitioned_downstream_of_a_daily_asset_loads_every_partition(tmp_pat
         ("unknown column", "2013-01-05", ["asset broken", "'nope'", "time_hour"]),
         ("multi without a dict", "2013-01-05|JFK", ["asset broken", "date", "origin"]),
         ("list output", "2013-01-05", ["asset broken", "builtins.list", "pyarrow.Table"]),
-        ("no partition_by", None, ["asset broken", "lance/partition_by"]),
         ("bad write mode", None, ["asset broken", "'upsert'", "overwrite_partitions"]),
         ("daily on a string", "2013-01-05", ["asset broken", "'carrier'", "string"]),
     ],

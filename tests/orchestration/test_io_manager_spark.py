@@ -454,3 +454,39 @@ def test_spark_run_evolving_the_namespace_is_one_transaction(spark, io):
     assert [f.field_id for f in ns.current_spec.fields] == ["ts_day"]
     day = ns.to_table("ts >= TIMESTAMP '2024-03-21 04:00:00'")
     assert day.num_rows == 18 and set(day["gate"].to_pylist()) == {"A1"}
+
+
+def test_spark_unpartitioned_asset_is_replaced_whole_and_loads_downstream(spark, io):
+    """A plain Spark asset, no metadata: a namespace without partition fields, each run's
+    DataFrame (written by the executors) replacing the whole asset in one manifest commit; a
+    downstream Spark asset loads it."""
+    state = {"n": 6}
+
+    @dg.asset
+    def airports() -> DataFrame:
+        return spark.createDataFrame(
+            [(i, f"A{i}") for i in range(state["n"])], "id long, code string"
+        ).repartition(3)
+
+    @dg.asset
+    def airport_count(airports: DataFrame) -> DataFrame:
+        return airports.selectExpr("count(*) AS n")
+
+    instance = dg.DagsterInstance.ephemeral()
+    for n in (6, 2):
+        state["n"] = n
+        result = dg.materialize(
+            [airports, airport_count], instance=instance, resources={"io_manager": io}
+        )
+        assert result.success
+        [event] = result.asset_materializations_for_node("airports")
+        assert event.metadata["lance/engine"].value == "spark"
+    ns = PartitionedNamespace.open(io.uri_for(dg.AssetKey("airports")))
+    assert ns.current_spec.fields == ()
+    [table] = ns.inspect.partitions()
+    assert table["object_id"] == "v1$dataset"
+    assert sorted(ns.to_table()["id"].to_pylist()) == [0, 1]
+    writes = [c for c in ns.inspect.history() if c.operation == "write"]
+    assert len(writes) == 2  # one manifest commit per run
+    count = PartitionedNamespace.open(io.uri_for(dg.AssetKey("airport_count"))).to_table()
+    assert count["n"].to_pylist() == [2]

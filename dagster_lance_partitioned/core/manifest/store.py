@@ -546,7 +546,11 @@ class ManifestSnapshot:
             if any(loc is None for loc in locations):
                 bad = column(sub, "object_id")[locations.index(None)]
                 raise ManifestError(f"manifest table row {bad!r} has no location")
-            values = list(zip(*(column(sub, f.column) for f in spec.fields), strict=True))
+            values = (
+                list(zip(*(column(sub, f.column) for f in spec.fields), strict=True))
+                if spec.fields
+                else [()] * sub.num_rows  # a spec without fields: its table holds no values
+            )
             for oid, loc, vals, rv, rb, rt, meta, stats in zip(
                 column(sub, "object_id"),
                 locations,

@@ -13,9 +13,17 @@ from ..boundary import storage_boundary
 from ..manifest.state import NamespaceState, registered_partitions
 from ..read.filters import FilterLike
 from . import health, maintenance, statistics
-from .health import IntegrityIssue, Orphan, SchemaIssue, UncommittedVersion, VersionIssue
+from .health import (
+    ORPHAN_GRACE,
+    IntegrityIssue,
+    Orphan,
+    SchemaIssue,
+    UncommittedVersion,
+    VersionIssue,
+)
 from .history import Commit, commits
 from .maintenance import CleanupResult, CompactResult, DropResult, VacuumResult
+from .report import HealthReport, health_report
 from .statistics import StatisticsResult
 
 if TYPE_CHECKING:
@@ -121,6 +129,23 @@ class Inspect:
         """Table directories no manifest version of ``history`` registers (see
         :func:`.health.find_orphans`)."""
         return health.find_orphans(self.state, history)
+
+    @storage_boundary("checking the namespace's health")
+    def check(
+        self,
+        *,
+        history: int | None = 50,
+        sample: int | None = None,
+        grace: dt.timedelta = ORPHAN_GRACE,
+        seed: int = 0,
+    ) -> HealthReport:
+        """Every health check at once (what ``lance-partitioned check`` runs): a
+        :class:`.HealthReport` of the problems found (partition schemas, unreadable pinned
+        versions, orphan tables older than ``grace``, rows in the wrong partition of every
+        partition table or of ``sample`` of them) and the leftovers of interrupted writes
+        (uncommitted table versions, younger orphan tables); ``report.ok`` when there is no
+        problem. ``history``: see :meth:`check_read_versions`."""
+        return health_report(self.state, history=history, sample=sample, grace=grace, seed=seed)
 
     @storage_boundary("checking integrity")
     def check_integrity(self, sample: int | None = None, seed: int = 0) -> list[IntegrityIssue]:

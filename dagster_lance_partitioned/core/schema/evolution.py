@@ -247,9 +247,13 @@ def update_spec_step(partition_fields: Sequence[PartitionField | SpecField]) -> 
     """A new partition spec version N+1 of ``partition_fields`` (field ids of identical fields
     reused; nothing when they equal the current spec's), for a transaction or alone."""
     from ..manifest.store import partition_field_columns
+    from ..spec.calendar_fields import warn_mixed_periods
     from ..spec.partitioner import SpecEvaluator
 
+    warned = False  # the step is applied again when its commit is retried: one warning
+
     def apply(metadata: Mapping[str, str]) -> dict[str, str]:
+        nonlocal warned
         specs = specs_from_metadata(dict(metadata))
         schema = live_schema(full_schema(dict(metadata)))
         fields = resolve_fields(partition_fields, schema, specs)
@@ -258,6 +262,9 @@ def update_spec_step(partition_fields: Sequence[PartitionField | SpecField]) -> 
         spec = PartitionSpec(specs[-1].spec_id + 1, fields)
         SpecEvaluator(spec, schema)  # compiles every expression and checks result types
         partition_field_columns([*specs, spec])  # a reused column keeps its type
+        if not warned:
+            warned = True
+            warn_mixed_periods(spec.fields, schema)
         return {spec.key: spec.to_json_str()}
 
     return MetadataStep(Operation.UPDATE_SPEC, apply)

@@ -212,17 +212,26 @@ class PartitionField:
 
     @classmethod
     def month(cls, column: str, field_id: str | None = None) -> PartitionField:
-        """Partition by the month (1-12) of a date/timestamp column."""
+        """Partition by the month of the year (1-12) of a date/timestamp column: without
+        :meth:`year` of the column one partition holds that month of every year (a warning
+        says so); one partition per calendar month is :meth:`window` with
+        ``TimeWindow("month")``."""
         return cls((column,), Month(), field_id=field_id)
 
     @classmethod
     def day(cls, column: str, field_id: str | None = None) -> PartitionField:
-        """Partition by the day of the month of a date/timestamp column."""
+        """Partition by the day of the month (1-31) of a date/timestamp column, not its date:
+        without :meth:`year` and :meth:`month` of the column one partition holds that day of
+        every month (a warning says so); one partition per day is :meth:`window` with
+        ``TimeWindow("day")``."""
         return cls((column,), Day(), field_id=field_id)
 
     @classmethod
     def hour(cls, column: str, field_id: str | None = None) -> PartitionField:
-        """Partition by the hour of a timestamp column."""
+        """Partition by the hour of the day (0-23) of a timestamp column: without the date
+        (:meth:`year`, :meth:`month`, :meth:`day` of the column) one partition holds that
+        hour of every day (a warning says so); one partition per hour is :meth:`window` with
+        ``TimeWindow("hour")``."""
         return cls((column,), Hour(), field_id=field_id)
 
     @classmethod
@@ -335,7 +344,8 @@ def resolve_fields(
     existing_specs: Sequence[PartitionSpec] = (),
 ) -> tuple[SpecField, ...]:
     """Turn requested fields into stored fields against ``schema``, reusing field ids of
-    existing specs for identical definitions and never reusing an id for a different one."""
+    existing specs for identical definitions and never reusing an id for a different one (no
+    fields: a spec without partitioning, whose one table holds every row)."""
     by_name = _top_level_ids(schema)
     types_by_id = _types_by_id(schema)
     previous = [f for s in existing_specs for f in s.fields]
@@ -378,8 +388,6 @@ def resolve_fields(
             if sid not in types_by_id:
                 raise SpecError(f"partition field {sf.field_id!r}: source id {sid} not in schema")
         out.append(sf)
-    if not out:
-        raise SpecError("a partition spec needs at least one field")
     return tuple(out)
 
 

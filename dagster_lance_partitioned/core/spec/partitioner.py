@@ -75,6 +75,9 @@ class SpecEvaluator:
         gathers of many partitions can run concurrently."""
         if batch.num_rows == 0:
             return
+        if not self._compiled:  # a spec without fields: one partition holds every row
+            yield (), Rows(batch)
+            return
         values = self.values(batch)
         codes, keys = _group_codes(values)
         if len(keys) == 1:
