@@ -52,7 +52,13 @@ def test_a_search_on_an_indexed_namespace_prints_no_lance_warnings(tmp_path):
     assert "lance::" not in proc.stderr
 
 
-@pytest.mark.parametrize("level", ["warn", "WARN"])
-def test_a_lance_log_the_user_set_is_kept(tmp_path, level):
-    proc = _search(tmp_path, LANCE_LOG=level)
-    assert "WARN  lance::" in proc.stderr  # Lance's own notices, as the user asked
+@pytest.mark.parametrize("level", ["warn", "WARN", "debug"])
+def test_a_lance_log_the_user_set_is_kept(level):
+    environ = {k: v for k, v in os.environ.items() if k != "LANCE_LOG"}
+    code = "import os, dagster_lance_partitioned; print(os.environ.get('LANCE_LOG'))"
+    for env, want in (({**environ, "LANCE_LOG": level}, level), (environ, "error")):
+        proc = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout.strip() == want
