@@ -630,9 +630,14 @@ class ManifestSnapshot:
         wanted = set(keys)
         if not wanted:
             return {}
-        if self._tables is not None or self.is_small():
+        if self._tables is not None:
             index = self.table_index(spec.spec_id)
             return {k: index[k] for k in wanted if k in index}
+        if not self._has_columns(spec, len(spec.fields)):
+            return {}  # a spec's columns come with its first write: it has no tables yet
+        self._load_if_small()
+        # the rows of these keys only (a vectorised filter, in memory for a small manifest):
+        # a write's cost does not grow with the partitions it does not touch
         where = _values_filter(spec, len(spec.fields), wanted) & (
             pc.field("object_type") == "table"
         )
@@ -647,14 +652,27 @@ class ManifestSnapshot:
         wanted = {(spec.spec_id, p) for p in prefixes}
         if not wanted:
             return {}
-        if self._ns_index is not None or self.is_small():
+        if self._ns_index is not None:
             index = self.namespace_ids()
+        elif not self._has_columns(spec, 1):
+            return {}  # a spec's columns come with its first write: no namespaces yet
         else:
+            self._load_if_small()
             where = _values_filter(spec, 1, {p[:1] for _, p in wanted}) & (
                 pc.field("object_type") == "namespace"
             )
             index = ManifestSnapshot._entries(self.rows_where(where), {spec.spec_id: spec})[1]
         return {k: index[k] for k in wanted if k in index}
+
+    def _has_columns(self, spec: PartitionSpec, levels: int) -> bool:
+        """Whether the manifest has the columns of the first ``levels`` fields of ``spec``."""
+        names = set(self.arrow_schema.names)
+        return all(f.column in names for f in spec.fields[:levels])
+
+    def _load_if_small(self) -> None:
+        """Read every row of a small manifest (cheaper than querying it), once."""
+        if self._table is None and self.is_small():
+            _ = self.table
 
     def is_small(self) -> bool:
         """Whether reading every row is cheaper than querying it (see

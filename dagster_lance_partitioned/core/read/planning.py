@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import storage
 from ..manifest.stats import TableStats
@@ -31,6 +32,7 @@ from .predicates import (
     _compare,
     from_datafusion,
     holds,
+    to_expression,
 )
 from .predicates import to_sql as pred_sql
 from .pruning import (
@@ -322,14 +324,36 @@ def _select(snapshot: ManifestSnapshot, shape: _Shape, in_memory: bool) -> list[
     (indexed) when the predicate renders for Lance."""
     predicates = shape.predicates
     if in_memory:
-        # a small manifest is read once and the predicate evaluated on its rows in memory
-        return [t for t in snapshot.tables() if _keeps(t, snapshot, predicates[t.spec_id])]
+        # a small manifest is read once and the predicate evaluated on its rows in memory,
+        # vectorised (only the matching rows become entries)
+        try:
+            where = _in_memory_where(snapshot, predicates)
+        except NotRenderable:
+            return [t for t in snapshot.tables() if _keeps(t, snapshot, predicates[t.spec_id])]
+        if snapshot.loaded or snapshot.is_small():
+            _ = snapshot.table
+        return snapshot.entries(snapshot.rows_where(where))
     try:
         where = manifest_where(snapshot.arrow_schema, predicates, dialect="lance")
     except NotRenderable:
         selected = select_tables(snapshot, shape.query)
         return [t for t in snapshot.tables() if t.object_id in selected]
     return scan_manifest(snapshot, where)
+
+
+def _in_memory_where(snapshot: ManifestSnapshot, predicates: dict[int, Pred]) -> pc.Expression:
+    """The manifest rows of the partition tables ``predicates`` keep, as an Arrow expression
+    (raises :class:`NotRenderable` when a predicate has no such form)."""
+    types = {f.name: f.type for f in snapshot.arrow_schema}
+    where: pc.Expression | None = None
+    for spec_id, pred in sorted(predicates.items()):
+        if pred == FALSE:
+            continue
+        of_spec = pc.starts_with(pc.field("object_id"), f"v{spec_id}$")
+        test = of_spec if pred == TRUE else of_spec & to_expression(pred, types)
+        where = test if where is None else where | test
+    tables = pc.field("object_type") == "table"
+    return tables & (where if where is not None else pc.scalar(False))
 
 
 def _keeps(entry: TableEntry, snapshot: ManifestSnapshot, pred: Pred) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 
 import datafusion as dfn
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .filters import literal_value, quote_ident
 
@@ -340,6 +341,49 @@ def _like_regex(pattern: str) -> re.Pattern[str]:
         parts.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
         i += 1
     return re.compile("".join(parts), re.DOTALL)
+
+
+# -- as an Arrow expression -----------------------------------------------------------------------
+def to_expression(pred: Pred, types: dict[str, pa.DataType]) -> pc.Expression:
+    """``pred`` as an Arrow compute expression over columns whose types are ``types``, keeping
+    exactly the rows :func:`holds` is True for (NULL and NaN compare as there); raises
+    :class:`NotRenderable` for what it cannot express (the caller evaluates row by row)."""
+    if isinstance(pred, Const):
+        return pc.scalar(pred.value)
+    if isinstance(pred, And | Or):
+        parts = [to_expression(p, types) for p in pred.parts]
+        out = parts[0]
+        for p in parts[1:]:
+            out = (out & p) if isinstance(pred, And) else (out | p)
+        return out
+    if isinstance(pred, IsNull):
+        field = pc.field(pred.column)
+        return field.is_valid() if pred.negated else field.is_null()
+    if not isinstance(pred, Cmp | InSet) or pred.column not in types:
+        raise NotRenderable(type(pred).__name__)
+    t = types[pred.column]
+    field = pc.field(pred.column)
+    try:
+        if isinstance(pred, InSet):
+            if any(isinstance(v, float) and math.isnan(v) for v in pred.values):
+                raise NotRenderable("NaN")
+            test = field.isin(pa.array(list(pred.values), t))
+            # NOT IN keeps only rows with a value, as SQL does
+            return (~test & field.is_valid()) if pred.negated else test
+        value = pa.scalar(pred.value, t)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+        raise NotRenderable(str(e)) from None
+    if pa.types.is_floating(t) and isinstance(pred.value, float) and math.isnan(pred.value):
+        raise NotRenderable("NaN")  # holds() never matches NaN; keep the row-by-row path
+    ops = {
+        "=": field == value,
+        "!=": field != value,
+        "<": field < value,
+        "<=": field <= value,
+        ">": field > value,
+        ">=": field >= value,
+    }
+    return ops[pred.op]
 
 
 # -- to SQL -----------------------------------------------------------------------------------
