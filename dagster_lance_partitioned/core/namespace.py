@@ -292,7 +292,7 @@ class PartitionedNamespace:
         ``concurrency``: how many partition tables are opened and read at once (default: a
         few on local disk, dozens on object stores, or ``DLP_SCAN_CONCURRENCY``; see
         :func:`.read.scan.scan_concurrency`)."""
-        plan = self.plan_scan(filter)
+        plan = self._state.plan_scan(filter, check_links=False)  # checked when each is read
         return scan_reader(
             plan, self.schema_with_ids, columns, self.storage_options, batch_size, concurrency
         )
@@ -314,7 +314,7 @@ class PartitionedNamespace:
     def count_rows(self, filter: FilterLike = None, *, concurrency: int | None = None) -> int:
         """How many rows match ``filter`` (partitions whose every row matches are counted from
         their tables' metadata, without reading data; ``concurrency``: see :meth:`scan`)."""
-        plan = self.plan_scan(filter)
+        plan = self._state.plan_scan(filter, check_links=False)  # checked when each is read
         return count_plan_rows(plan, self.schema_with_ids, self.storage_options, concurrency)
 
     # -- partition evolution ------------------------------------------------------------------

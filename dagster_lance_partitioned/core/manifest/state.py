@@ -153,10 +153,16 @@ class NamespaceState:
         self.snapshot = load_snapshot(self.store.open_latest()).verify(latest=True)
         return self
 
-    def plan_scan(self, filter: FilterLike = None, by_stats: bool = True) -> ScanPlan:
+    def plan_scan(
+        self, filter: FilterLike = None, by_stats: bool = True, check_links: bool = True
+    ) -> ScanPlan:
         """The partition tables (and versions) a scan with ``filter`` reads (``by_stats``:
-        leaving out those whose statistics prove no row matches)."""
-        return plan_scan(self.snapshot, self.schema_with_ids, self.uri, filter, by_stats)
+        leaving out those whose statistics prove no row matches; ``check_links`` False: the
+        caller checks the tables it reads when it reads them, see
+        :func:`~.read.planning.check_at_use`)."""
+        return plan_scan(
+            self.snapshot, self.schema_with_ids, self.uri, filter, by_stats, check_links
+        )
 
     def row_filter(self, filter: FilterLike) -> str | None:
         """``filter`` as SQL selecting exactly its rows at this version: partition field ids

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,6 +199,7 @@ def plan_scan(
     root: str,
     filter: FilterLike = None,
     by_stats: bool = True,
+    check_links: bool = True,
 ) -> ScanPlan:
     """Tasks for the partition tables that may hold rows matching ``filter``: the filter is
     projected onto every spec version's partition columns and ``__manifest`` is queried once;
@@ -208,7 +210,8 @@ def plan_scan(
     What depends only on the filter, the schema and the manifest version (the compiled
     filter, its projections, the manifest query, the tables it selects and their tasks) is
     computed once per process; the tables' directories are checked for links on every call
-    (see :func:`.storage.check_table_dir`)."""
+    (see :func:`check_at_use`), unless ``check_links`` is False: then the caller checks the
+    tasks it reads files of, when it reads them."""
     specs = tuple(s for _, s in sorted(snapshot.specs.items()))
     named = resolved(to_sql(filter), schema, specs)  # partition field ids read as such
     sql = named.row_filter()
@@ -234,9 +237,8 @@ def plan_scan(
     made, tasks, pruned, judged = snapshot.memo(("tasks", root, id(schema), sql, by_stats), make)
     if made is not schema:
         made, tasks, pruned, judged = make()
-    for task in tasks:  # at the moment of use, in this thread (see core/table_files.py)
-        storage.check_table_dir(root, task.location, task.object_id)
-        check_known_files(root, task.location, task.read_version, task.object_id)
+    if check_links:
+        check_at_use(tasks)
     if storage.local_path(root) is None and any("/" in t.location for t in tasks):
         # on an object store, the directories on the way of a location of several segments
         # (imports) hold no nested namespace: checked once per manifest version
@@ -299,6 +301,17 @@ def _shape(
         tuple(sorted(predicates.items(), key=lambda item: item[0])),
         StatsPruner.of(source, schema),
     )
+
+
+def check_at_use(tasks: Iterable[ScanTask]) -> None:
+    """On a local root, refuse (:class:`PathEscapeError`) a task whose table directory is, is
+    reached through, or holds a symbolic link or a nested namespace, or whose known files are
+    links: the check of the moment of use, made in the calling thread (see
+    :mod:`..table_files`)."""
+    for task in tasks:
+        root = task.root
+        storage.check_table_dir(root, task.location, task.object_id)
+        check_known_files(root, task.location, task.read_version, task.object_id)
 
 
 def _spec_id(object_id: str) -> int:

@@ -12,8 +12,9 @@ import functools
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import datafusion as dfn
@@ -37,19 +38,27 @@ from ..schema.arrow_json import strip_field_ids
 from ..schema.conform import column_sources, conform_for_read
 from ..spec.partition_constants import fill_constants
 from ..table_files import check_version_files
+from .data_files import SMALL_TABLE_ROWS, data_files, kept_rows
+from .data_files import forget as forget_files
+from .data_files import read as read_files
 from .filters import to_lance_sql
-from .planning import ScanPlan, ScanTask
+from .planning import ScanPlan, ScanTask, check_at_use
 
-LOCAL_CONCURRENCY = 8  # partition tables a scan reads at once on local disk
+# partition tables a scan reads at once on local disk: one per core (Lance's scans have their
+# own threads; more readers only take turns on the cores)
+LOCAL_CONCURRENCY = max(2, os.cpu_count() or 2)
 REMOTE_CONCURRENCY = 48  # ... on object stores: each table costs a few requests of latency
 CONCURRENCY_ENV = "DLP_SCAN_CONCURRENCY"  # overrides both defaults (a positive integer)
 # Bytes (of the partition tables' data files) a scan reads ahead of its consumer at most; one
 # table is always read, however large.
 READ_AHEAD_BYTES = 256 * 1024 * 1024
-OPENED_TABLES = 512  # partition tables kept open at pinned versions (process-wide)
+OPENED_TABLES = 4096  # partition tables kept open at pinned versions (process-wide)
 TABLE_BATCH_ROWS = 65_536  # rows per batch read for a whole table (fewer, larger batches)
+# rows of small tables read whole that are filtered together (one DataFusion query)
+GROUP_ROWS = 262_144
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 def scan_concurrency(uri: str, requested: int | None = None) -> int:
@@ -144,6 +153,7 @@ class _PinnedTables:
     def cache_clear(self) -> None:
         global _session
         self._cached.cache_clear()
+        forget_files()
         with _session_lock:
             _session = None  # a new session: nothing cached
         clear_version_cache()
@@ -250,9 +260,11 @@ class _Prepared:
         batch_size: int | None,
         translated_filter: str | None,
         fragment_ids: Sequence[int] | None,
+        storage_options: dict[str, str] | None = None,
     ) -> None:
         self.task = task
         self.ds = ds
+        self.storage_options = storage_options
         self.plain = _plain(schema)
         self.target = target
         self.filter_sql = filter_sql
@@ -263,6 +275,24 @@ class _Prepared:
         self.table_schema = ds.schema
         self.sources, same = _layout(self.table_schema, schema)
         self.direct = same and (translated_filter is not None or not filter_sql)
+        # a small table in the namespace's layout is read from its data files
+        self.files = data_files(ds, task.uri) if same and fragment_ids is None else None
+
+    def from_files(self) -> pa.Table | None:
+        """Every row of the table, read from its data files, with the namespace's columns
+        (None: it must be scanned; see :mod:`.data_files`)."""
+        if self.files is None:
+            return None
+        table = read_files(self.files, self.table_schema, self.storage_options)
+        return None if table is None else _as_plain(table, self.plain)
+
+    def small(self) -> bool:
+        """Whether the table is small enough to read in one pass (see :data:`SMALL_TABLE_ROWS`;
+        the rows come from the manifest, else from the table's fragments)."""
+        rows = self.task.rows
+        if rows is None:
+            rows = sum(int(f.metadata.physical_rows or 0) for f in self.ds.get_fragments())
+        return rows <= SMALL_TABLE_ROWS
 
     def estimate(self) -> int:
         """Bytes of the table's data files, in the share of the columns read (what a read of
@@ -294,6 +324,10 @@ class _Prepared:
             "columns": list(self.target.names),
             "filter": self.translated_filter,
         }
+        if self.translated_filter is not None and self.small():
+            # a small table is read in one pass: reading the filter's columns first and the
+            # others for the matching rows (two passes) costs more than it saves there
+            kwargs["late_materialization"] = False
         if self.batch_size:
             kwargs["batch_size"] = self.batch_size
         try:
@@ -356,7 +390,15 @@ def _prepare(
             path=task.uri,
         ) from None
     return _Prepared(
-        task, ds, schema, target, filter_sql, batch_size, translated_filter, fragment_ids
+        task,
+        ds,
+        schema,
+        target,
+        filter_sql,
+        batch_size,
+        translated_filter,
+        fragment_ids,
+        storage_options,
     )
 
 
@@ -458,6 +500,7 @@ def count_plan_rows(
         )
         return sum(b.num_rows for b in batches)
 
+    check_at_use(t for t in tasks if not ((not sql or t.filter_implied) and t.rows is not None))
     workers = min(scan_concurrency(tasks[0].uri, concurrency), len(tasks))
     if workers <= 1 or all((not sql or t.filter_implied) and t.rows is not None for t in tasks):
         return sum(count(t) for t in tasks)
@@ -516,18 +559,82 @@ def scan_reader(
             ),
         )
 
-    def read(prepared: _Prepared) -> list[pa.RecordBatch]:
-        return _guarded(prepared.task, lambda: list(prepared.batches()))
+    def read(prepared: _Prepared) -> list[pa.RecordBatch] | _Unfiltered:
+        whole = _guarded(prepared.task, prepared.from_files)
+        if whole is None:
+            return _guarded(prepared.task, lambda: list(prepared.batches()))
+        if prepared.filter_sql:
+            return _Unfiltered(whole)  # filtered together with its neighbours
+        batches: list[pa.RecordBatch] = whole.select(list(target.names)).to_batches(
+            max_chunksize=batch_size
+        )
+        return batches
+
+    def filtered(group: list[pa.Table]) -> Iterator[pa.RecordBatch]:
+        """The rows of ``group`` (small tables read whole) matching the plan's filter."""
+        assert plan.residual_filter is not None
+        table = pa.concat_tables(group).combine_chunks()
+        table = conform_for_read(_filtered(table, plan.residual_filter, plain), plain, "a scan")
+        yield from table.select(list(target.names)).to_batches(max_chunksize=batch_size)
+
+    def in_memory() -> list[pa.Table] | None:
+        """Every task's rows, when this process keeps them all in the namespace's layout (a
+        repeated read): then no table is opened."""
+        found = []
+        for task in tasks:
+            if task.read_branch is not None:
+                return None
+            rows = kept_rows(task.uri, task.read_version)
+            if rows is None or not _layout(rows.schema, schema)[1]:
+                return None
+            found.append(rows)
+        return found
 
     def gen() -> Iterator[pa.RecordBatch]:
-        if workers <= 1 or len(tasks) <= 1:
-            for task in tasks:  # streamed: nothing read ahead
-                yield from _streamed(task, prepare(task))
-            return
-        for batches in _pipeline(tasks, prepare, read, workers, read_ahead_bytes):
-            yield from batches
+        results: Iterable[list[pa.RecordBatch] | _Unfiltered]
+        kept = in_memory()
+        if kept is None:  # files will be read: checked now, in this thread
+            check_at_use(tasks)
+        if kept is not None:
+            results = (
+                _Unfiltered(_as_plain(t, plain))
+                if plan.residual_filter and not task.filter_implied
+                else _as_plain(t, plain).select(list(target.names)).to_batches(batch_size)
+                for t, task in zip(kept, tasks, strict=True)
+            )
+        elif workers <= 1 or len(tasks) <= 1:  # nothing read ahead
+            results = (read(prepare(task)) for task in tasks)
+        else:
+            results = _pipeline(tasks, prepare, read, workers, read_ahead_bytes)
+        group: list[pa.Table] = []
+        rows = 0
+        for out in results:
+            if isinstance(out, _Unfiltered):
+                group.append(out.table)
+                rows += out.table.num_rows
+                if rows < GROUP_ROWS:
+                    continue
+            if group:
+                yield from filtered(group)
+                group, rows = [], 0
+            if not isinstance(out, _Unfiltered):
+                yield from out
+        if group:
+            yield from filtered(group)
 
     return pa.RecordBatchReader.from_batches(target, gen())
+
+
+def _as_plain(table: pa.Table, plain: pa.Schema) -> pa.Table:
+    """``table`` (a table's rows in the namespace's layout) with the namespace's columns."""
+    return pa.Table.from_arrays([table.column(f.name) for f in plain], schema=plain)
+
+
+@dataclass(frozen=True)
+class _Unfiltered:
+    """A small table read whole, awaiting the filter it is applied with its neighbours."""
+
+    table: pa.Table
 
 
 def _streamed(task: ScanTask, prepared: _Prepared) -> Iterator[pa.RecordBatch]:
@@ -543,10 +650,10 @@ class _Closed(Exception):
 def _pipeline(
     tasks: Sequence[ScanTask],
     prepare: Callable[[ScanTask], _Prepared],
-    read: Callable[[_Prepared], list[pa.RecordBatch]],
+    read: Callable[[_Prepared], R],
     workers: int,
     budget: int,
-) -> Iterator[list[pa.RecordBatch]]:
+) -> Iterator[R]:
     """The batches of every task, in order, ``workers`` tasks at a time.
 
     Each task is opened (``prepare``: a few requests on an object store, no data) as soon as
@@ -558,7 +665,7 @@ def _pipeline(
     in_use = 0  # bytes of tasks being read or read and not yet consumed
     closed = False
 
-    def job(i: int, task: ScanTask) -> tuple[list[pa.RecordBatch], int]:
+    def job(i: int, task: ScanTask) -> tuple[R, int]:
         nonlocal in_use
         prepared = prepare(task)
         size = prepared.estimate() if budget > 0 else 0
@@ -577,7 +684,7 @@ def _pipeline(
             raise
 
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dlp-scan")
-    pending: deque[Future[tuple[list[pa.RecordBatch], int]]] = deque()
+    pending: deque[Future[tuple[R, int]]] = deque()
     submitted = 0
     try:
         for i in range(len(tasks)):
