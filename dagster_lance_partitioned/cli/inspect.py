@@ -170,12 +170,15 @@ def info_doc(ns: PartitionedNamespace) -> dict[str, Any]:
     """The ``info`` document of a namespace."""
     schema = ns.schema_with_ids
     spec = ns.current_spec
+    rows, size = _recorded_totals(ns)
     return {
         "uri": ns.uri,
         "manifest_version": ns.version,
         "current_spec": spec_doc(spec, schema, current=True),
         "spec_versions": len(ns.specs),
         "partitions": len(ns.inspect.partitions()),
+        "rows": rows,
+        "bytes": size,
         "columns": len(schema),
         "schema": [
             {
@@ -191,6 +194,24 @@ def info_doc(ns: PartitionedNamespace) -> dict[str, Any]:
         "writer_feature_flags": ns.metadata.get(WRITER_FLAG_KEY),
         "writer_feature_flag_bits": _flag_bits_or_none(ns.metadata.get(WRITER_FLAG_KEY)),
     }
+
+
+def _totals_text(rows: int | None, size: int | None) -> str:
+    if rows is None:
+        return "? (some tables have no statistics: collect-statistics records them)"
+    return f"{rows}" + ("" if size is None else f" ({size_text(size)})")
+
+
+def _recorded_totals(ns: PartitionedNamespace) -> tuple[int | None, int | None]:
+    """Rows and data-file bytes of every partition table, as the manifest records them (None:
+    some table has no statistics; no table is opened)."""
+    tables = ns.state.snapshot.tables()
+    found = [t.stats for t in tables]
+    if any(s is None for s in found):
+        return None, None
+    rows = sum(s.rows for s in found if s is not None)
+    sizes = [s.bytes for s in found if s is not None]
+    return rows, None if any(b is None for b in sizes) else sum(b for b in sizes if b is not None)
 
 
 def _flag_bits_or_none(value: str | None) -> list[dict[str, Any]] | None:
@@ -218,6 +239,7 @@ def write_info(ns: PartitionedNamespace, opts: Options, out: TextIO) -> None:
             ("current spec", f"v{spec.spec_id}{' (draft shape)' if spec.draft else ''}: {fields}"),
             ("spec versions", str(len(ns.specs))),
             ("partitions", str(len(ns.inspect.partitions()))),
+            ("rows", _totals_text(*_recorded_totals(ns))),
             ("columns", text.cut(f"{len(schema)} ({', '.join(schema.names)})")),
             ("writer flag", _writer_flag_text(flag)),
         ]
@@ -296,7 +318,10 @@ def _cmd_specs(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
 
 # -- partitions -------------------------------------------------------------------------------
 def _table_stats(task: ScanTask, storage_options: dict[str, str] | None) -> tuple[int, int]:
-    """Rows and data-file bytes of a partition table at its pinned version."""
+    """Rows and data-file bytes of a partition table at its pinned version (as the manifest
+    records them; a table without statistics is opened)."""
+    if task.stats is not None and task.stats.bytes is not None:
+        return task.stats.rows, task.stats.bytes
     ds = open_table(task, storage_options)
     rows = ds.count_rows()
     size, unknown = 0, []

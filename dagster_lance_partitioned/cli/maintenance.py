@@ -1,5 +1,6 @@
-"""Subcommands that change a namespace's storage: ``compact``, ``cleanup``, ``vacuum`` and
-``drop-partitions`` (``check``, which only reads, is in :mod:`.check`)."""
+"""Subcommands that change a namespace's storage: ``compact``, ``cleanup``, ``vacuum``,
+``drop-partitions`` and ``collect-statistics`` (``check``, which only reads, is in
+:mod:`.check`)."""
 
 from __future__ import annotations
 
@@ -76,6 +77,16 @@ def register(add: AddCommand) -> None:
         "deregister the partitions all of whose rows match a filter (one manifest commit)",
     )
     p.add_argument("--filter", metavar="SQL", required=True, help="DataFusion SQL predicate")
+    p = add(
+        "collect-statistics",
+        _cmd_collect_statistics,
+        False,
+        "record the statistics of partition tables that have none (one manifest commit)",
+    )
+    p.add_argument("--filter", metavar="SQL", help="only the partitions a scan with SQL reads")
+    p.add_argument(
+        "--refresh", action="store_true", help="read every selected table, not only those without"
+    )
 
 
 def _result_doc(ns: PartitionedNamespace, result: Any) -> dict[str, Any]:
@@ -111,6 +122,28 @@ def _cmd_compact(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
             f"skipped {plural(len(result.skipped), 'partition')} a concurrent commit changed: "
             + text.cut(", ".join(result.skipped))
             + "\n"
+        )
+
+
+def _cmd_collect_statistics(args: argparse.Namespace, opts: Options, out: TextIO) -> None:
+    """``collect-statistics URI [--filter SQL] [--refresh]``."""
+    ns = open_ns(args, opts)
+    result = ns.maintenance.collect_statistics(
+        resolve_filter(ns, args.filter).row_filter(), refresh=args.refresh
+    )
+    if opts.json:
+        write_json(out, _result_doc(ns, result))
+        return
+    if not result.partitions:
+        out.write(f"{ns.uri}: every selected partition has statistics\n")
+    else:
+        out.write(
+            f"recorded the statistics of {plural(len(result.partitions), 'partition')} in "
+            f"manifest version {result.manifest_version}\n"
+        )
+    if result.skipped:
+        out.write(
+            f"skipped {plural(len(result.skipped), 'partition')} a concurrent commit changed\n"
         )
 
 

@@ -844,12 +844,17 @@ def _counted(
     storage_options: dict[str, str] | None,
     changed: set[str],
 ) -> list[_Table]:
-    """The partition tables a scan with ``filter`` reads, with their row counts (from the
-    tables' metadata, a few tables at a time); ``changed``: the object ids a merge wrote."""
+    """The partition tables a scan with ``filter`` reads, with their row counts (recorded in
+    the manifest; a table without them counted from its metadata, a few tables at a time);
+    ``changed``: the object ids a merge wrote."""
     tasks = list(ns.plan_scan(filter, by_stats=False).tasks)
-    rows = parallel_map(
-        lambda t: int(open_table(t, storage_options).count_rows()), tasks, COUNT_THREADS
-    )
+
+    def count(task: Any) -> int:
+        if task.rows is not None:
+            return int(task.rows)
+        return int(open_table(task, storage_options).count_rows())
+
+    rows = parallel_map(count, tasks, COUNT_THREADS)
     return [
         _Table(
             t.object_id, t.partition_values, t.read_version, n, t.spec_id, 0, t.object_id in changed

@@ -225,6 +225,21 @@ def test_partitions_sorted_with_rows_and_bytes(capsys, ns):
     assert [p["object_id"] for p in doc["partitions"]] == [p["object_id"] for p in parts]
 
 
+def test_partitions_and_info_take_rows_and_bytes_from_the_manifest(capsys, ns, tmp_path):
+    """The rows and sizes the manifest records are shown without opening a table: with every
+    table's data files gone, ``partitions`` and ``info`` still show them."""
+    shutil.copytree(ns.uri, tmp_path / "copy")
+    ns = PartitionedNamespace.open(tmp_path / "copy")
+    before = run_json(capsys, "partitions", ns.uri)
+    for p in ns.inspect.partitions():
+        shutil.rmtree(os.path.join(ns.uri, p["location"], "data"))
+    after = run_json(capsys, "partitions", ns.uri)
+    assert [(p["rows"], p["bytes"]) for p in after["partitions"]] == [
+        (p["rows"], p["bytes"]) for p in before["partitions"]
+    ]
+    assert run_json(capsys, "info", ns.uri)["rows"] == 14
+
+
 def test_partitions_json_matches_api(capsys, ns):
     doc = run_json(capsys, "partitions", ns.uri)
     assert doc["total_partitions"] == 7
