@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -292,22 +293,13 @@ def key_of(value: Any, t: pa.DataType) -> Any:
     return value
 
 
-def _ticks(array: pa.Array, t: pa.DataType) -> tuple[pa.Array, int, str]:
-    """A temporal ``array`` as integers, the factor to nanoseconds (1 for dates) and the
-    family."""
-    kind = family(t)
-    assert kind is not None
-    ints = array.cast(pa.int32() if t.bit_width == 32 else pa.int64())
-    if kind == "date":
-        return ints, 1, kind
-    return ints, _NS[t.unit], kind
-
-
 def column_stats(array: pa.Array | pa.ChunkedArray, t: pa.DataType) -> ColumnStats:
     """The statistics of one column's values (exact counts; bounds for orderable types)."""
     nulls = int(array.null_count)
     rows = len(array)
     kind = family(t)
+    if kind == "float" and not pa.types.is_float16(t) and nulls == 0:
+        return _float_stats(array)
     nans = None
     if kind == "float":
         if pa.types.is_float16(t):
@@ -316,8 +308,10 @@ def column_stats(array: pa.Array | pa.ChunkedArray, t: pa.DataType) -> ColumnSta
     if kind is None or rows == nulls + (nans or 0):
         return ColumnStats(nulls, True, nans, True)
     if kind in ("date", "timestamp", "time", "duration"):
-        ints, factor, _ = _ticks(array, t)
-        low, high = _min_max(ints)
+        found = pc.min_max(array)  # on the values, their ticks taken of the two results
+        width = pa.int32() if t.bit_width == 32 else pa.int64()
+        low, high = (found[k].cast(width).as_py() for k in ("min", "max"))
+        factor = 1 if kind == "date" else _NS[t.unit]
         if kind == "date" and pa.types.is_date64(t):  # milliseconds: whole days around them
             low, high = low // _DAY_MS, -(-high // _DAY_MS)
         return ColumnStats(nulls, True, nans, True, low * factor, high * factor, True)
@@ -335,6 +329,26 @@ def column_stats(array: pa.Array | pa.ChunkedArray, t: pa.DataType) -> ColumnSta
         if high is None:  # no bound above fits: the column has a lower bound only
             return ColumnStats(nulls, True, nans, True, low, None, True)
     return ColumnStats(nulls, True, nans, True, low, high, True)
+
+
+def _float_stats(array: pa.Array | pa.ChunkedArray) -> ColumnStats:
+    """The statistics of floating-point values without NULLs (NumPy, one pass each)."""
+    values = (
+        np.concatenate(
+            [
+                c.to_numpy()
+                for c in (array.chunks if isinstance(array, pa.ChunkedArray) else [array])
+            ]
+        )
+        if isinstance(array, pa.ChunkedArray)
+        else array.to_numpy()
+    )
+    nan = np.isnan(values)
+    nans = int(nan.sum())
+    if nans == len(values):
+        return ColumnStats(0, True, nans, True)
+    kept = values[~nan] if nans else values
+    return ColumnStats(0, True, nans, True, float(kept.min()), float(kept.max()), True)
 
 
 def _min_max(array: pa.Array | pa.ChunkedArray) -> tuple[Any, Any]:
@@ -380,15 +394,42 @@ def stats_columns(schema: pa.Schema, limit: int = MAX_COLUMNS) -> list[tuple[int
     return out
 
 
-def of_table(table: pa.Table, schema: pa.Schema, size: int | None = None) -> TableStats:
+def of_table(
+    table: pa.Table,
+    schema: pa.Schema,
+    size: int | None = None,
+    constants: Mapping[str, Any] | None = None,
+) -> TableStats:
     """The statistics of ``table``'s rows, shaped like the namespace schema ``schema`` (with
-    field ids): its columns are the namespace's, by name (columns it lacks get none)."""
+    field ids): its columns are the namespace's, by name (columns it lacks get none).
+    ``constants``: columns every row holds one value of (identity partition columns, by
+    name), whose statistics are that value's."""
     columns: dict[int, ColumnStats] = {}
     names = set(table.column_names)
+    rows = table.num_rows
     for fid, name in stats_columns(schema):
-        if name in names:
+        t = schema.field(name).type
+        if constants is not None and name in constants:
+            columns[fid] = constant_stats(constants[name], t, rows)
+        elif name in names:
             columns[fid] = column_stats(table.column(name), table.schema.field(name).type)
-    return TableStats(table.num_rows, size, columns)
+    return TableStats(rows, size, columns)
+
+
+def constant_stats(value: Any, t: pa.DataType, rows: int) -> ColumnStats:
+    """The statistics of ``rows`` values all equal to ``value`` (of type ``t``)."""
+    kind = family(t)
+    nans = 0 if kind == "float" else None
+    if value is None:
+        return ColumnStats(rows, True, nans, True)
+    if kind == "float" and math.isnan(value):
+        return ColumnStats(0, True, rows, True)
+    if kind is None:
+        return ColumnStats(0, True, nans, True)
+    key = key_of(value, t)
+    if kind in ("string", "binary"):
+        return ColumnStats(0, True, nans, True, truncate_lower(key), truncate_upper(key), True)
+    return ColumnStats(0, True, nans, True, key, key, True)
 
 
 def of_batches(
@@ -413,6 +454,7 @@ __all__ = [
     "ColumnStats",
     "TableStats",
     "column_stats",
+    "constant_stats",
     "family",
     "key_of",
     "of_batches",

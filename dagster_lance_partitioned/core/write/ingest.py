@@ -22,6 +22,7 @@ from ..manifest.naming import NamespaceNaming, Naming
 from ..manifest.store import SEP, TABLE_NAME, ManifestSnapshot
 from ..schema.conform import check_write_schema, conform_for_write
 from ..schema.namespace_schema import dropped_names, full_schema
+from ..spec.partition_constants import identity_constants
 from ..spec.partition_spec import PartitionSpec
 from ..spec.partitioner import Rows, SpecEvaluator
 from .pending import BaseIndex, Key, PendingPartition
@@ -218,7 +219,8 @@ class PartitionIngest:
         table = pa.Table.from_batches(
             [rows.materialize() for rows in pending.batches], schema=self.write_schema
         )
-        pending.note_rows(table, self.tables.schema)
+        constants = identity_constants(self.spec, self.tables.schema, pending.values(self.spec))
+        pending.note_rows(table, self.tables.schema, constants)
         self._buffered -= pending.buffered_bytes
         pending.batches.clear()
         pending.buffered_bytes = 0

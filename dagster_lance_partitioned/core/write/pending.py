@@ -6,7 +6,7 @@ commit of the write's mode registers them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,10 +47,13 @@ class PendingPartition:
     # what is known of the rows this write put in the table (every row noted, see note_rows)
     stats: TableStats | None = None
 
-    def note_rows(self, rows: pa.Table, schema: pa.Schema) -> None:
+    def note_rows(
+        self, rows: pa.Table, schema: pa.Schema, constants: Mapping[str, Any] | None = None
+    ) -> None:
         """Count ``rows`` (about to be written into this partition's table; ``schema`` is the
-        namespace schema with field ids) into :attr:`stats`."""
-        found = stats.of_table(rows, schema)
+        namespace schema with field ids; ``constants``: the identity partition columns, whose
+        every row holds the partition's value) into :attr:`stats`."""
+        found = stats.of_table(rows, schema, constants=constants)
         self.stats = found if self.stats is None else self.stats.union(found)
 
     def written_stats(self, schema: pa.Schema) -> TableStats | None:
