@@ -59,6 +59,7 @@ from .ops.statistics import StatisticsResult
 from .read.planning import ScanPlan, ScanTask
 from .read.pruning import SpecPruning
 from .row_changes.change import RowChangeResult
+from .row_changes.merge import MergeOptions
 from .search.catalog import IndexCoverage, IndexResult
 from .search.session import SearchSession
 from .spec.partition_spec import PartitionField, PartitionSpec, SpecField
@@ -92,6 +93,7 @@ __all__ = [
     "MaintenanceConflictError",
     "ManifestError",
     "MergeKeyError",
+    "MergeOptions",
     "MixedCalendarPeriodsWarning",
     "NamespaceExistsError",
     "NamespaceNotFoundError",

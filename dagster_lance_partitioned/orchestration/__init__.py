@@ -21,7 +21,6 @@ from .errors import (
 from .handlers import (
     ArrowReaderHandler,
     ArrowTableHandler,
-    MergeRequest,
     PandasHandler,
     ReadRequest,
     SparkHandler,
@@ -53,7 +52,6 @@ __all__ = [
     "Layout",
     "MaintenanceConfig",
     "MergeOptions",
-    "MergeRequest",
     "MissingUpstreamPartitionsError",
     "NestedAssetError",
     "OutputSlice",

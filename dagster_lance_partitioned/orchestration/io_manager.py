@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dagster as dg
@@ -48,7 +48,6 @@ from .errors import (
     StorageRootError,
 )
 from .handlers import (
-    MergeRequest,
     ReadRequest,
     TypeHandler,
     WriteRequest,
@@ -334,18 +333,10 @@ class LancePartitionedIOManager(dg.ConfigurableIOManager):
             value.check_rows(out)  # input rows: no core check, a merge may write any partition
             confine = out.row_filter(ns.schema)  # stored rows: checked where the merge commits
             scopes.insert(0, confine)
-        by_source = merge.when_not_matched_by_source == "delete"
-        request = MergeRequest(
-            merge.on,
-            merge.when_matched,
-            merge.when_not_matched,
-            merge.when_not_matched_by_source,
-            " AND ".join(f"({s})" for s in scopes) if by_source and scopes else None,
-            out.commit_properties,
-            confine,
-        )
+        scope = " AND ".join(f"({s})" for s in scopes) if merge.by_source and scopes else None
+        options = replace(merge, scope=scope, confine=confine)
         try:
-            return value.handler.merge(value.obj, ns, request)
+            return value.handler.merge(value.obj, ns, options, out.commit_properties)
         except UnnamedPartitionError as e:  # a key stored outside the run's partition keys
             assert out.layout is not None
             try:
