@@ -74,20 +74,25 @@ def ivf_of(
     segments = list(description.segments)
     if len(segments) != 1:
         return None
-    centroids = session.keep(
-        "centroids",
-        (*table.version_key, name),
-        lambda: (read_centroids(table.ds, name),),
-        lambda c: 0 if c[0] is None else int(c[0].nbytes),
-    )[0]
-    if centroids is None:
-        return None
-    recorded = table.ds.config().get(OUTLIERS_KEY + str(segments[0].uuid))
-    outliers = None
-    if recorded is not None:
-        ids = json.loads(recorded)
-        outliers = None if ids == "many" else np.asarray(ids, dtype=np.uint64)
-    return str(description.index_type).upper(), centroids, outliers
+
+    def read() -> tuple[tuple[str, np.ndarray, np.ndarray | None] | None]:
+        centroids = read_centroids(table.ds, name)
+        if centroids is None:
+            return (None,)
+        recorded = table.ds.config().get(OUTLIERS_KEY + str(segments[0].uuid))
+        outliers = None
+        if recorded is not None:
+            ids = json.loads(recorded)
+            outliers = None if ids == "many" else np.asarray(ids, dtype=np.uint64)
+        return ((str(description.index_type).upper(), centroids, outliers),)
+
+    def weight(found: tuple[tuple[str, np.ndarray, np.ndarray | None] | None]) -> int:
+        if found[0] is None:
+            return 0
+        _, centroids, outliers = found[0]
+        return int(centroids.nbytes + (0 if outliers is None else outliers.nbytes))
+
+    return session.keep("ivf", (*table.version_key, name), read, weight)[0]
 
 
 def route(

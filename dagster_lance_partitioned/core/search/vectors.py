@@ -48,13 +48,18 @@ def unindexed_vectors(
 ) -> Vectors | None:
     """The vectors of the rows the index ``description`` does not cover (None: it covers
     every fragment)."""
-    covered = {int(i) for s in description.segments for i in s.fragment_ids}
-    rest = [f.fragment_id for f in table.ds.get_fragments() if f.fragment_id not in covered]
-    if not rest:
-        return None
     name = _source(table, column)
+
+    def read() -> tuple[Vectors | None]:
+        covered = {int(i) for s in description.segments for i in s.fragment_ids}
+        rest = [f.fragment_id for f in table.ds.get_fragments() if f.fragment_id not in covered]
+        return (_read(table.ds, name, rest) if rest else None,)
+
+    def weight(found: tuple[Vectors | None]) -> int:
+        return 0 if found[0] is None else found[0].nbytes
+
     key = (*table.version_key, name, description.name)
-    return session.keep("unindexed", key, lambda: _read(table.ds, name, rest), _nbytes)
+    return session.keep("unindexed", key, read, weight)[0]
 
 
 def rows_vectors(
