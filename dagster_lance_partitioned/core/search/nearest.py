@@ -1,15 +1,19 @@
 """Vector search across partitions: each searched table is answered by one named strategy,
 every one of which returns the same rows as the reference (:mod:`.exact`) for the rows it
 covers, and the candidates of all tables, each with its exact distance, are merged into one
-global top k.
+global top k (ties by plan order, then row id).
 
 - ``exact`` (:mod:`.exact`): every row read and measured; for ``use_index=False`` and tables
   Lance cannot search as they are.
-- ``in_memory``: rows measured from their vectors kept in the search session, screened by one
-  matrix product (:func:`.distances.nearest_rows`): tables without a vector index, the rows an
-  index does not cover (appended since it was built), the rows recorded as outliers of an
-  index (:mod:`.ivf`), and every matching row of an indexed table whose filter keeps at most
-  :data:`FEW_MATCHES` rows.
+- ``pooled`` (:mod:`.pooled`): the tables without a vector index on the column, ranked
+  together from one matrix of their vectors kept in the search session (one screening
+  product, :func:`.distances.nearest_rows`); a filter inside them is evaluated once over the
+  pool from the columns it reads, kept beside the vectors, and the rows returned come from
+  the pool's kept columns.
+- ``in_memory``: rows of an indexed table measured from their vectors kept in the session:
+  the rows its index does not cover (appended since it was built), the rows recorded as
+  outliers of the index (:mod:`.ivf`), and every matching row when the table's filter keeps
+  at most :data:`FEW_MATCHES` rows (found by Lance, with the table's scalar indexes).
 - ``routed``: a query over several tables with IVF indexes probes the ``probes`` clusters
   nearest it over all of their centroids (:func:`.ivf.route`); each table holding some is
   searched by Lance for its ``k * refine_factor`` best indexed rows by the index's distances,
@@ -205,18 +209,12 @@ class VectorQuery:
         return np.flatnonzero(keep[pool.valid]).astype(np.int64)
 
     def in_memory(self, table: SearchTable, out: list[Candidates]) -> _Indexed | None:
-        """What of ``table`` is measured from kept vectors (added to ``out``); the part left
-        to its index, if any."""
+        """What of an indexed ``table`` is measured from kept vectors (added to ``out``); the
+        part left to its index, if any."""
         session, column = self.session, self.column
         filtered = table.lance_sql is not None
-        found = table.index_on(table.sources.get(column) or column)
-        if found is None:
-            self._count("in_memory")
-            kept = vectors.all_vectors(session, table, column)
-            if filtered:
-                kept = vectors.filtered_vectors(session, table, column, kept, "all")
-            out.append(self._ranked(table, kept))
-            return None
+        found = table.index_on(column)
+        assert found is not None  # tables without an index are pooled
         if filtered and len(matching_ids(session, table)) <= FEW_MATCHES:
             self._count("in_memory")
             ids = matching_ids(session, table)

@@ -1,8 +1,9 @@
-"""Vectors of partition table versions read for exact search and kept in the search session:
-every row of a table without a vector index, the rows an index does not cover (appended since
-it was built), the rows recorded as outliers of an index (see :mod:`.ivf`), and the rows a
-filter keeps. A table version never changes, so what was read of it stays true; a filter's
-rows are kept per (table version, filter)."""
+"""Vectors of indexed partition table versions read for exact search and kept in the search
+session: the rows an index does not cover (appended since it was built), the rows recorded
+as outliers of an index (see :mod:`.ivf`), the rows a filter keeps, and every row of a table
+whose index finds fewer than k (tables without an index are read into pools:
+:mod:`.pooled`). A table version never changes, so what was read of it stays true; a
+filter's rows are kept per (table version, filter)."""
 
 from __future__ import annotations
 
