@@ -144,3 +144,38 @@ def test_a_table_version_changed_gives_a_new_pool(tmp_path):
     got = ns.search(q, k=3, columns=["id"], session=session)
     assert got.column("id")[0].as_py() == 10_000
     assert got.column("_distance")[0].as_py() == 0.0
+
+
+@pytest.fixture(scope="module")
+def mixed_ns(tmp_path_factory):
+    """Partitions of 25-500 rows, the larger ones with an IVF_FLAT index: a filter's rows in
+    the indexed ones are gathered with the pooled tables' (few matches each)."""
+    rows = make_rows(3000, seed=64)  # tenants a..d weighted 0.5 / 0.3 / 0.15 / 0.05, 3 days
+    ns = make_ns(tmp_path_factory.mktemp("mixed") / "ns", rows)
+    ns.create_index("v", "IVF_FLAT", min_rows=200, num_partitions=2)
+    (cov,) = ns.indexes()
+    assert 0 < cov.partitions_indexed < cov.partitions_total
+    return ns
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 2**16),
+    k=st.sampled_from([1, 5, 40]),
+    metric=st.sampled_from(["l2", "cosine", "dot"]),
+    sql=st.sampled_from([f for f in FILTERS if f is not None and f != "tenant = 'b'"]),
+    budget=st.sampled_from([0, None]),
+)
+def test_a_filters_rows_in_indexed_and_pooled_tables_rank_as_the_reference(
+    mixed_ns, seed, k, metric, sql, budget
+):
+    q = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
+    session = SearchSession(budget)
+    for _ in range(2):
+        got = mixed_ns.search(q, k=k, filter=sql, metric=metric, session=session)
+        want = mixed_ns.search(q, k=k, filter=sql, metric=metric, use_index=False)
+        assert got.equals(want), (got.to_pydict(), want.to_pydict())
+    if budget is None and got.num_rows:
+        assert "matched" in session.report()

@@ -13,7 +13,9 @@ global top k (ties by plan order, then row id).
 - ``in_memory``: rows of an indexed table measured from their vectors kept in the session:
   the rows its index does not cover (appended since it was built), the rows recorded as
   outliers of the index (:mod:`.ivf`), and every matching row when the table's filter keeps
-  at most :data:`FEW_MATCHES` rows (found by Lance, with the table's scalar indexes).
+  at most :data:`FEW_MATCHES` rows (found by Lance, with the table's scalar indexes; these
+  are gathered with the pooled tables' matching rows in one matrix per filter and ranked
+  with them).
 - ``routed``: a query over several tables with IVF indexes probes the ``probes`` clusters
   nearest it over all of their centroids (:func:`.ivf.route`); each table holding some is
   searched by Lance for its ``k * refine_factor`` best indexed rows by the index's distances,
@@ -45,7 +47,15 @@ from . import exact, vectors
 from .distances import Vectors, distance, matrix_of, nearest_of, nearest_rows
 from .ivf import DEFAULT_PROBES, ivf_of, route
 from .params import VectorParams, for_table
-from .pooled import Pool, pool_of, pooled_matches, pooled_nearest, pooled_rows
+from .pooled import (
+    Matched,
+    Pool,
+    each_table,
+    pool_of,
+    pooled_matches,
+    pooled_nearest,
+    pooled_rows,
+)
 from .session import SearchSession
 from .tables import (
     DISTANCE,
@@ -133,10 +143,16 @@ class VectorQuery:
         slow = [t for t in tables if not t.pushable]
         fast = [t for t in tables if t.pushable]
         flat = [t for t in fast if t.index_on(self.column) is None]
-        candidates = self.pooled(flat)
+        few = [t for t in fast if t.index_on(self.column) is not None and self.few_matches(t)]
+        candidates = self.pooled(flat, few)
+        chosen = {id(t) for t in few}
+        searched = [t for t in fast if t.index_on(self.column) is not None and id(t) not in chosen]
+        # each table's IVF facts, read from its index statistics unless kept (milliseconds a
+        # table: two at a time)
+        each_table(self.state, searched, lambda t: ivf_of(self.session, t, self.column))
         indexed: list[_Indexed] = []
         for table in fast:
-            if table.index_on(self.column) is not None:
+            if table.index_on(self.column) is not None and not self.few_matches(table):
                 part = self.in_memory(table, candidates)
                 if part is not None:
                     indexed.append(part)
@@ -170,30 +186,87 @@ class VectorQuery:
         rows, dist = nearest_rows(kept, self.vector, self.k, self.metric)
         return Candidates(table, kept.row_ids[rows], dist)
 
-    def pooled(self, tables: Sequence[SearchTable]) -> list[Candidates]:
+    def few_matches(self, table: SearchTable) -> bool:
+        """An indexed table whose filter keeps at most :data:`FEW_MATCHES` rows (found by
+        Lance with the table's scalar indexes): they are measured exactly."""
+        if table.lance_sql is None:
+            return False
+        return len(matching_ids(self.session, table)) <= FEW_MATCHES
+
+    def pooled(
+        self, tables: Sequence[SearchTable], few: Sequence[SearchTable] = ()
+    ) -> list[Candidates]:
         """The candidates of the tables without a vector index, ranked together from their
-        pool (:mod:`.pooled`); a filter inside them evaluated once over the pool."""
-        if not tables:
+        pool (:mod:`.pooled`), and of the indexed tables ``few`` whose filter keeps few
+        rows: with a filter, the rows it keeps in all of them are gathered in one matrix,
+        kept per filter (:class:`.pooled.Matched`), and ranked at once."""
+        if not tables and not few:
             return []
-        self.strategies["pooled"] = len(tables)
+        if tables:
+            self.strategies["pooled"] = len(tables)
+        if few:
+            self.strategies["in_memory"] = self.strategies.get("in_memory", 0) + len(few)
         session, state = self.session, self.state
-        sql = next((t.sql for t in tables if t.sql is not None), None)
+        sql = next((t.sql for t in [*tables, *few] if t.sql is not None), None)
         plain = strip_field_ids(self.schema)
         also = [f.name for f in self.target if f.name != self.column]
-        if sql is not None:
+        if sql is not None and tables:
             also.extend(filter_columns(sql, plain))
-        pool = pool_of(session, state, tables, self.column, also)
-        among = None
-        if sql is not None:
-            among = pooled_matches(session, state, pool, tables, sql, plain)
-            if among is None:  # its columns do not fit in the session: Lance finds them
-                among = self.matches_by_table(pool, tables)
-        positions, dist = pooled_nearest(pool, self.vector, self.k, self.metric, among)
-        owners = pool.owners(positions)
-        row_ids = pool.vectors.row_ids[positions]
-        self.from_pool = (pool, tables, positions, owners)
+        pool = pool_of(session, state, tables, self.column, also) if tables else None
+        if sql is None:
+            assert pool is not None  # indexed tables without a filter are not "few"
+            positions, dist = pooled_nearest(pool, self.vector, self.k, self.metric)
+            owners = pool.owners(positions)
+            self.from_pool = (pool, tables, positions, owners)
+            row_ids = pool.vectors.row_ids[positions]
+            return [
+                Candidates(tables[i], row_ids[owners == i], dist[owners == i])
+                for i in sorted(set(owners.tolist()))
+            ]
+
+        def gather() -> Matched:
+            parts = []
+            if pool is not None:
+                among = pooled_matches(session, state, pool, tables, sql, plain)
+                if among is None:  # its columns do not fit in the session: Lance finds them
+                    among = self.matches_by_table(pool, tables)
+                subset = Vectors(
+                    pool.vectors.matrix[among],
+                    pool.vectors.row_ids[among],
+                    pool.vectors.norms[among],
+                    pool.vectors.largest,
+                )
+                parts.append((subset, pool.owners(among), among))
+            for j, table in enumerate(few):
+                found = vectors.matching_vectors(table, self.column)
+                n = len(found.row_ids)
+                parts.append(
+                    (found, np.full(n, len(tables) + j, np.int64), np.full(n, -1, np.int64))
+                )
+            return Matched.of(parts, len(self.vector))
+
+        key = (
+            self.column,
+            sql,
+            None if pool is None else pool.key,
+            tuple(t.version_key for t in few),
+            tuple(t.lance_sql is not None for t in few),
+        )
+        matched = session.keep("matched", key, gather, lambda m: m.nbytes)
+        positions, dist = nearest_rows(matched.vectors, self.vector, self.k, self.metric)
+        owners = matched.tables[positions]
+        row_ids = matched.vectors.row_ids[positions]
+        in_pool = matched.in_pool[positions] >= 0
+        if pool is not None and in_pool.any():
+            self.from_pool = (
+                pool,
+                tables,
+                matched.in_pool[positions][in_pool],
+                owners[in_pool],
+            )
+        every = [*tables, *few]
         return [
-            Candidates(tables[i], row_ids[owners == i], dist[owners == i])
+            Candidates(every[i], row_ids[owners == i], dist[owners == i])
             for i in sorted(set(owners.tolist()))
         ]
 
@@ -215,13 +288,6 @@ class VectorQuery:
         filtered = table.lance_sql is not None
         found = table.index_on(column)
         assert found is not None  # tables without an index are pooled
-        if filtered and len(matching_ids(session, table)) <= FEW_MATCHES:
-            self._count("in_memory")
-            ids = matching_ids(session, table)
-            out.append(
-                self._ranked(table, vectors.rows_vectors(session, table, column, ids, "filtered"))
-            )
-            return None
         _, description = found
         rest = vectors.unindexed_vectors(session, table, column, description)
         ivf = ivf_of(session, table, column)

@@ -66,6 +66,36 @@ class Pool:
         return owners
 
 
+@dataclass(frozen=True)
+class Matched:
+    """The rows a filter keeps in a query's pooled tables and in its indexed tables with few
+    matches, in one matrix: their vectors (``row_ids``: their own tables'), each row's table
+    (its place among the pooled tables, then the indexed ones) and, for a pooled row, its
+    position among the pool's vector rows (-1 for the others)."""
+
+    vectors: Vectors
+    tables: np.ndarray  # int64
+    in_pool: np.ndarray  # int64
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.vectors.nbytes + self.tables.nbytes + self.in_pool.nbytes)
+
+    @classmethod
+    def of(cls, parts: Sequence[tuple[Vectors, np.ndarray, np.ndarray]], dimension: int) -> Matched:
+        """The parts (vectors, tables, positions in the pool) one after another."""
+        if not parts:
+            empty = np.zeros(0, np.int64)
+            return cls(Vectors.of(np.zeros((0, dimension), np.float32), empty), empty, empty)
+        matrix = np.concatenate([v.matrix for v, _, _ in parts])
+        row_ids = np.concatenate([v.row_ids for v, _, _ in parts])
+        return cls(
+            Vectors.of(matrix, row_ids),
+            np.concatenate([t for _, t, _ in parts]).astype(np.int64),
+            np.concatenate([p for _, _, p in parts]).astype(np.int64),
+        )
+
+
 def pool_key(tables: Sequence[SearchTable], column: str) -> tuple[Hashable, ...]:
     """What names the pool of ``column`` over ``tables`` (in this order) in a session."""
     return (column, tuple(t.version_key for t in tables))
@@ -99,7 +129,7 @@ def pool_of(
             has = np.ones(len(ids), dtype=bool)
         return ids, has, matrix_of(values, dimension), [_array(got.column(c)) for c in extra]
 
-    parts = _each(state, tables, read)
+    parts = each_table(state, tables, read)
     sizes = [len(ids) for ids, _, _, _ in parts]
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     row_ids = np.concatenate([ids for ids, _, _, _ in parts]) if parts else np.zeros(0, np.uint64)
@@ -145,7 +175,7 @@ def pooled_column(
             values = values.take(pa.array(order[np.searchsorted(ids, expected, sorter=order)]))
         return values
 
-    parts = _each(state, tables, read)
+    parts = each_table(state, tables, read)
     values = _concat(parts, kind)
     if not session.fits(values.nbytes):
         return None
@@ -230,12 +260,12 @@ def every_row(table: SearchTable, columns: Sequence[str]) -> pa.Table:
     return table.ds.take(np.arange(table.rows), columns=[*columns, "_rowid"])
 
 
-def _each(
+def each_table(
     state: NamespaceState, tables: Sequence[SearchTable], fn: Callable[[SearchTable], T]
 ) -> list[T]:
     """``fn`` on every table, as many at once as the machine has cores on local disk (more
-    only slowed these reads of small tables down: Lance reads each with its own threads),
-    as a scan reads them on an object store."""
+    only slowed reads of small tables down: Lance reads each with its own threads), as a
+    scan reads them on an object store."""
     threads = scan_concurrency(state.uri)
     if storage.local_path(state.uri) is not None:
         threads = min(threads, os.cpu_count() or 1)

@@ -68,18 +68,37 @@ def rows_vectors(
 ) -> Vectors:
     """The vectors of the rows ``row_ids`` (ascending) of the table, kept as ``kind``."""
     name = _source(table, column)
+    key = (*table.version_key, name, row_ids.tobytes())
+    return session.keep(kind, key, lambda: read_rows(table, column, row_ids), _nbytes)
+
+
+def matching_vectors(table: SearchTable, column: str) -> Vectors:
+    """The vectors of the rows the table's filter keeps (Lance evaluates it, with the table's
+    scalar indexes), by row id, read now: one filtered scan (a take of the same rows by id
+    took half as long again on a table of 180,000 rows)."""
+    name = _source(table, column)
     dimension = vector_dimension(table.ds.schema.field(name).type) or 1
+    found = table.ds.to_table(
+        columns=[name],
+        with_row_id=True,
+        filter=f"({table.lance_sql}) AND {quoted(name)} IS NOT NULL",
+    )
+    row_ids = found.column("_rowid").to_numpy()
+    order = np.argsort(row_ids, kind="stable")  # ties broken by row id, as merged results are
+    return Vectors.of(matrix_of(found.column(name), dimension)[order], row_ids[order])
 
-    def read() -> Vectors:
-        if not len(row_ids):
-            return Vectors.of(np.zeros((0, dimension), np.float32), row_ids)
-        taken = take_rows(table.ds, row_ids.tolist(), [name])
-        values = taken.column(name)
-        valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        matrix = matrix_of(values.filter(values.is_valid()), dimension)
-        return Vectors.of(matrix, row_ids[valid])
 
-    return session.keep(kind, (*table.version_key, name, row_ids.tobytes()), read, _nbytes)
+def read_rows(table: SearchTable, column: str, row_ids: np.ndarray) -> Vectors:
+    """The vectors of the rows ``row_ids`` (ascending) of the table that have one, read now."""
+    name = _source(table, column)
+    dimension = vector_dimension(table.ds.schema.field(name).type) or 1
+    if not len(row_ids):
+        return Vectors.of(np.zeros((0, dimension), np.float32), row_ids)
+    taken = take_rows(table.ds, row_ids.tolist(), [name])
+    values = taken.column(name)
+    valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    matrix = matrix_of(values.filter(values.is_valid()), dimension)
+    return Vectors.of(matrix, row_ids[valid])
 
 
 def filtered_vectors(
