@@ -46,7 +46,26 @@ ASSIGN_ROWS = 1 << 15  # rows assigned to centroids per matrix product
 
 def read_centroids(ds: lance.LanceDataset, index: str) -> np.ndarray | None:
     """The IVF centroids of index ``index`` of ``ds`` (None: not an IVF index in one segment,
-    or statistics without centroids)."""
+    or statistics without centroids): Lance's IVF model of the index (0.1-1.5 ms a table),
+    else its index statistics (3-5 ms a table: every partition's statistics, the centroids
+    as JSON)."""
+    get_model = getattr(ds._ds, "get_ivf_model", None)
+    try:
+        if get_model is None:
+            raise AttributeError("get_ivf_model")
+        values = get_model(index).centroids
+        dimension = int(values.type.list_size)
+        matrix = np.asarray(values.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(
+            -1, dimension
+        )
+        if len(matrix) and not values.null_count:
+            return matrix
+    except (AttributeError, OSError, ValueError, RuntimeError, TypeError):
+        pass
+    return _centroids_from_statistics(ds, index)
+
+
+def _centroids_from_statistics(ds: lance.LanceDataset, index: str) -> np.ndarray | None:
     os.environ.setdefault(CENTROIDS_ENV, "true")
     try:
         stats = ds.stats.index_stats(index)

@@ -7,10 +7,12 @@ and the columns a search returns (its rows read from memory instead of one take 
 
 Everything is kept in the search session, per set of table versions (a table version never
 changes): the pool under ``pooled``, its columns under ``pooled column``, a filter's matches
-under ``pooled matches``. A pool is read with one scan per table holding the vectors and the
-columns asked for together; a column asked for later is read with one more scan per table,
-and only when the session can keep it (otherwise the caller reads what it needs table by
-table)."""
+under ``pooled matches``. A pool is read with one take of every row per table, holding the
+vectors and the columns asked for together; a column asked for later is read with one more
+take per table, and only when the session can keep it (otherwise the caller reads what it
+needs table by table). A pool is kept whole or not at all: one larger than the session's
+budget is read again by every query, and another set of tables (a filter on partition
+columns choosing another subset, a table written since) is another pool, read anew."""
 
 from __future__ import annotations
 
