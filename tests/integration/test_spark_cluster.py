@@ -120,7 +120,9 @@ def test_cluster_dynamic_overwrite_replaces_only_the_partitions_written(cluster,
 def test_cluster_many_tasks_times_partitions_fit_a_small_driver_result(cluster, tmp_path):
     """9 tasks each writing into 200 partitions (a plain df.write, not clustered) under
     spark.driver.maxResultSize=1m: the commit messages (formerly ~850 bytes per task and
-    partition, 1.5 MB in all) stay far below it; the driver warns with the fix."""
+    partition, 1.5 MB in all) stay far below it; the driver warns with the fix. Since each
+    pair also carries its table statistics (row, null and NaN counts and bounds of its 10
+    columns), a pair is about 100 bytes: 1,800 pairs ~180 kB."""
     _, spark, server_log = cluster
     uri = str(tmp_path / "ns")
     columns = ", ".join(f"id * {k}.5 AS m{k}" for k in range(8))
@@ -134,7 +136,7 @@ def test_cluster_many_tasks_times_partitions_fit_a_small_driver_result(cluster, 
     assert (summary.tasks, summary.pairs) == (9, 1800)
     per_pair = summary.message_bytes / summary.pairs
     print(f"cluster: {summary.message_bytes} message bytes, {per_pair:.1f} per pair")
-    assert per_pair <= 100
+    assert per_pair <= 128
     deadline = time.monotonic() + 10
     while "not clustered by partition" not in server_log.read_text(errors="replace"):
         assert time.monotonic() < deadline, "no scattered-write warning in the driver log"
