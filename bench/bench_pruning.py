@@ -26,7 +26,7 @@ from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.manifest import edit as manifest_ops
 from dagster_lance_partitioned.core.manifest.edit import ManifestEdit, build_transaction
 from dagster_lance_partitioned.core.manifest.store import ManifestSnapshot, ManifestStore
-from dagster_lance_partitioned.core.spec.partition_spec import specs_from_metadata
+from dagster_lance_partitioned.core.partitioning.partition_spec import specs_from_metadata
 
 SCHEMA = pa.schema(
     [("id", pa.int64()), ("country", pa.utf8()), ("day", pa.date32()), ("value", pa.float64())]

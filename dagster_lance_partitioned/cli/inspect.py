@@ -34,10 +34,10 @@ from ..core.manifest.store import (
 )
 from ..core.namespace import PartitionedNamespace
 from ..core.ops import history
+from ..core.partitioning.describe import field_summary, source_labels, transform_text
 from ..core.read.field_filters import resolve_filter
 from ..core.read.planning import ScanTask
 from ..core.read.scan import open_table
-from ..core.spec.describe import field_summary, source_labels, transform_text
 from ._args import (
     AddCommand,
     Options,

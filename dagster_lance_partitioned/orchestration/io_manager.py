@@ -31,14 +31,14 @@ from ..core.errors import (
     WriteError,
     clean_message,
 )
+from ..core.evolution import is_widening
 from ..core.namespace import PartitionedNamespace
+from ..core.partitioning.partition_by import parse_partition_by
+from ..core.partitioning.partition_spec import PartitionField, resolve_fields
 from ..core.read.scan import open_table
 from ..core.row_changes import RowChangeResult
 from ..core.row_changes.merge import MergeOptions
 from ..core.schema.arrow_json import normalize_schema, normalize_type
-from ..core.schema.evolution import is_widening
-from ..core.spec.partition_by import parse_partition_by
-from ..core.spec.partition_spec import PartitionField, resolve_fields
 from ..core.transaction import Transaction
 from ..core.write import WriteResult, check_mode
 from .errors import (

@@ -14,9 +14,9 @@ import pyarrow as pa
 from dagster._core.definitions.partitions.schedule_type import ScheduleType
 
 from ..core.errors import PartitionedNamespaceError, SpecError
-from ..core.read.filters import quote_ident, sql_literal
-from ..core.spec.partition_spec import PartitionField
-from ..core.spec.windows import TimeWindow, as_source, is_zoned, window_values
+from ..core.expr.filters import quote_ident, sql_literal
+from ..core.partitioning.partition_spec import PartitionField
+from ..core.partitioning.windows import TimeWindow, as_source, is_zoned, window_values
 from .errors import PartitionLayoutError
 
 _UNITS = {

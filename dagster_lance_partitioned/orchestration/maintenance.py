@@ -12,9 +12,9 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
+from ..core.expr.filters import quote_ident, sql_literal
 from ..core.manifest.commit_summary import PROP_DAGSTER_ASSET_KEY, PROP_DAGSTER_RUN_ID, PROP_SOURCE
 from ..core.namespace import PartitionedNamespace
-from ..core.read.filters import quote_ident, sql_literal
 from ..core.search.catalog import declared
 from .errors import RetentionRuleError
 from .indexes import coverage_metadata

@@ -25,8 +25,8 @@ from pydantic import Field
 
 from ..core import storage
 from ..core.errors import NamespaceNotFoundError
+from ..core.expr.filters import FilterLike
 from ..core.namespace import PartitionedNamespace
-from ..core.read.filters import FilterLike
 from ..core.search.catalog import IndexCoverage
 from .errors import InvalidAssetKeyError, NestedAssetError, StorageRootError
 

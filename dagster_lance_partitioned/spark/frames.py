@@ -12,12 +12,12 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from ..core.errors import WriteError
+from ..core.expr.filters import FilterLike
 from ..core.manifest.changes import Changes, apply_to, commit_changes
 from ..core.manifest.state import NamespaceState
-from ..core.read.filters import FilterLike
+from ..core.partitioning.partition_spec import PartitionSpec, source_names, source_types
+from ..core.partitioning.transforms import Granularity
 from ..core.row_changes import RowChangeResult
-from ..core.spec.partition_spec import PartitionSpec, source_names, source_types
-from ..core.spec.transforms import Granularity
 from ..core.write import WRITE_MODES, WriteMode, WriteResult
 from ..core.write.staged import StagedWrite
 from . import options as opt

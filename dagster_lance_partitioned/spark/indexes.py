@@ -15,9 +15,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from ..core.errors import IndexBuildError
+from ..core.expr.filters import FilterLike
 from ..core.manifest.registration import TableVersion
 from ..core.namespace import PartitionedNamespace
-from ..core.read.filters import FilterLike
 from ..core.search import catalog
 from ..core.search.catalog import IndexCoverage, Reindex
 from .result import carried, package_error

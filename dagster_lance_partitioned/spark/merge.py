@@ -40,11 +40,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from ..core.errors import CommitConflictError, MergeKeyError, WriteError
+from ..core.expr.filters import FilterLike
 from ..core.manifest.naming import NAMING_KEY, ensure_naming_key
 from ..core.manifest.registration import TableVersion
 from ..core.manifest.state import NamespaceState
 from ..core.namespace import PartitionedNamespace
-from ..core.read.filters import FilterLike
 from ..core.row_changes import (
     Counts,
     RowChangeResult,

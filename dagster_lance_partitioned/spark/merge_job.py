@@ -34,6 +34,8 @@ from ..core.concurrency import parallel_map, table_threads
 from ..core.manifest import stats
 from ..core.manifest.naming import derived_name, keyed_name
 from ..core.manifest.registration import TableVersion
+from ..core.partitioning.partition_spec import PartitionSpec
+from ..core.partitioning.partitioner import SpecEvaluator
 from ..core.read.planning import ScanTask
 from ..core.row_changes import (
     Counts,
@@ -47,8 +49,6 @@ from ..core.row_changes.merge import check_keys, check_null_keys, confined_error
 from ..core.schema import arrow_json
 from ..core.schema.conform import conform_for_write, table_write_schema
 from ..core.search.declaration import IndexDeclaration
-from ..core.spec.partition_spec import PartitionSpec
-from ..core.spec.partitioner import SpecEvaluator
 from .result import carried, key_text
 from .types import conform_batch
 

@@ -49,7 +49,7 @@ from pyspark.sql.types import StructType
 from ..core.errors import NamespaceNotFoundError, WriteError
 from ..core.manifest.changes import Changes
 from ..core.namespace import PartitionedNamespace
-from ..core.spec.partition_by import parse_partition_by
+from ..core.partitioning.partition_by import parse_partition_by
 from ..core.write import WriteMode
 from ..core.write.staged import StagedWrite
 from . import options as opt

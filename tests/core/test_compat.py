@@ -14,19 +14,19 @@ from helpers.data import sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import WriteError
+from dagster_lance_partitioned.core.manifest import upgrade as compat
 from dagster_lance_partitioned.core.manifest.store import (
     WRITER_FLAG_KEY,
     ManifestEdit,
     ManifestSnapshot,
     ManifestStore,
 )
-from dagster_lance_partitioned.core.ops import compat
-from dagster_lance_partitioned.core.spec.partition_spec import (
+from dagster_lance_partitioned.core.partitioning.partition_spec import (
     PartitionSpec,
     SpecField,
     specs_from_metadata,
 )
-from dagster_lance_partitioned.core.spec.transforms import Truncate
+from dagster_lance_partitioned.core.partitioning.transforms import Truncate
 
 SCHEMA = pa.schema(
     [

@@ -11,8 +11,11 @@ import pytest
 import xxhash
 
 from dagster_lance_partitioned.core.errors import ExpressionError, ResultTypeMismatchError
-from dagster_lance_partitioned.core.spec.expressions import CompiledExpression, coerce_result
-from dagster_lance_partitioned.core.spec.transforms import Bucket, MultiBucket, Truncate
+from dagster_lance_partitioned.core.partitioning.expressions import (
+    CompiledExpression,
+    coerce_result,
+)
+from dagster_lance_partitioned.core.partitioning.transforms import Bucket, MultiBucket, Truncate
 
 
 def ev(sql: str, *cols: pa.Array) -> list:

@@ -8,7 +8,7 @@ import pytest
 from helpers.data import SCHEMA, fingerprint, sample_table
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.read.filters import FilterError
+from dagster_lance_partitioned.core.expr.filters import FilterError
 
 # partition values that look like SQL: they must stay filterable as literals
 TRICKY = ("US", "LIMIT 1 -- x", "a UNION b /* c */; ORDER BY (")

@@ -1,4 +1,4 @@
-"""Tests for the partition hash functions in ``dagster_lance_partitioned.core.spec.hashing``."""
+"""Tests for the partition hash functions (``core.partitioning.hashing``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pytest
 import xxhash
 
-from dagster_lance_partitioned.core.spec.hashing import (
+from dagster_lance_partitioned.core.partitioning.hashing import (
     _murmur3_matrix,
     _xxh64_matrix,
     encode_for_hash,

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.spec.partitioner import Rows
+from dagster_lance_partitioned.core.partitioning.partitioner import Rows
 
 N = 600
 

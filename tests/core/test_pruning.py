@@ -74,7 +74,7 @@ def test_appendix_d_exactly_two_tables(tmp_path):
     }
     store = ManifestStore(ns.uri)
     from dagster_lance_partitioned.core.manifest.store import ManifestEdit, ManifestSnapshot
-    from dagster_lance_partitioned.core.spec.partition_spec import specs_from_metadata
+    from dagster_lance_partitioned.core.partitioning.partition_spec import specs_from_metadata
 
     store.commit(
         lambda ds: ManifestSnapshot(ds, specs_from_metadata(dict(ds.metadata))),
@@ -463,7 +463,7 @@ def test_draft_expressions_prune_as_the_transforms_they_spell():
     """A draft field whose SQL is exactly a transform's prunes through that transform: ranges
     through the year, LIKE through a string truncation, identity exactly."""
     from dagster_lance_partitioned import PartitionSpec, SpecField
-    from dagster_lance_partitioned.core.read.predicates import TRUE, And, Cmp, Like
+    from dagster_lance_partitioned.core.expr.predicates import TRUE, And, Cmp, Like
     from dagster_lance_partitioned.core.read.pruning import SpecProjector
     from dagster_lance_partitioned.core.schema import arrow_json
 

@@ -12,7 +12,7 @@ from helpers.data import sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import SpecError
-from dagster_lance_partitioned.core.spec.range_list import (
+from dagster_lance_partitioned.core.partitioning.range_list import (
     list_expression,
     range_expression,
     range_labels,

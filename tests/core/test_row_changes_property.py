@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.spec.partitioner import SpecEvaluator
+from dagster_lance_partitioned.core.partitioning.partitioner import SpecEvaluator
 
 SCHEMA = pa.schema(
     [

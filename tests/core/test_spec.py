@@ -9,9 +9,12 @@ import pytest
 
 from dagster_lance_partitioned import PartitionField, PartitionSpec, SpecField
 from dagster_lance_partitioned.core.errors import SpecError, UnknownTransformError
+from dagster_lance_partitioned.core.partitioning.partition_spec import (
+    resolve_fields,
+    specs_from_metadata,
+)
+from dagster_lance_partitioned.core.partitioning.transforms import Bucket, Identity, Year
 from dagster_lance_partitioned.core.schema import arrow_json
-from dagster_lance_partitioned.core.spec.partition_spec import resolve_fields, specs_from_metadata
-from dagster_lance_partitioned.core.spec.transforms import Bucket, Identity, Year
 
 SCHEMA, _ = arrow_json.assign_field_ids(
     pa.schema(

@@ -10,8 +10,8 @@ import pytest
 
 from dagster_lance_partitioned import PartitionField, SpecField
 from dagster_lance_partitioned.core.errors import SpecError, UnknownTransformError
-from dagster_lance_partitioned.core.read.predicates import TRUE, Cmp, InSet, IsNull, Like, Or
-from dagster_lance_partitioned.core.spec.transforms import (
+from dagster_lance_partitioned.core.expr.predicates import TRUE, Cmp, InSet, IsNull, Like, Or
+from dagster_lance_partitioned.core.partitioning.transforms import (
     Bucket,
     Day,
     ExpressionTransform,
@@ -26,7 +26,7 @@ from dagster_lance_partitioned.core.spec.transforms import (
     parse_expression,
     transform_from_json,
 )
-from dagster_lance_partitioned.core.spec.windows import TimeWindow
+from dagster_lance_partitioned.core.partitioning.windows import TimeWindow
 
 DATE = pa.date32()
 TS = pa.timestamp("us", tz="UTC")

@@ -36,7 +36,11 @@ from hypothesis import strategies as st
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import SpecError
 from dagster_lance_partitioned.core.manifest.store import SMALL_MANIFEST_ROWS
-from dagster_lance_partitioned.core.spec.windows import TimeWindow, parse_window, window_values
+from dagster_lance_partitioned.core.partitioning.windows import (
+    TimeWindow,
+    parse_window,
+    window_values,
+)
 from dagster_lance_partitioned.orchestration.layout import (
     Dimension,
     PartitionLayoutError,

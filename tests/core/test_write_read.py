@@ -18,7 +18,7 @@ from dagster_lance_partitioned.core.manifest.store import (
     ManifestSnapshot,
     ManifestStore,
 )
-from dagster_lance_partitioned.core.spec.partition_spec import specs_from_metadata
+from dagster_lance_partitioned.core.partitioning.partition_spec import specs_from_metadata
 from dagster_lance_partitioned.core.write import ingest as ingest_mod
 from dagster_lance_partitioned.core.write import table as table_mod
 

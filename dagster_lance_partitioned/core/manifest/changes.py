@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import lance
 
 from ..errors import CommitConflictError
-from ..spec.partition_spec import specs_from_metadata
+from ..partitioning.partition_spec import specs_from_metadata
 from .commit_summary import PROP_STEPS, PROP_TRANSACTION, CommitSummary, Operation
 from .edit import ManifestEdit, NothingToCommit
 from .state import NamespaceState, load_snapshot

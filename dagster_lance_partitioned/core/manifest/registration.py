@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from ..read.planning import ScanTask
-from ..spec.partition_spec import PartitionSpec
+from ..partitioning.partition_spec import PartitionSpec
 from .edit import ManifestEdit
 from .retire import Use
 from .stats import STATS_COLUMN, TableStats, stats_field
@@ -41,6 +40,21 @@ def pin_of(entry: TableEntry) -> Pin:
     return Pin(rv, entry.read_branch, entry.read_tag)
 
 
+class Registered(Protocol):
+    """A registered table as a scan plan lists it (a :class:`~..read.planning.ScanTask`)."""
+
+    @property
+    def object_id(self) -> str: ...
+    @property
+    def location(self) -> str: ...
+    @property
+    def read_version(self) -> int | None: ...
+    @property
+    def read_branch(self) -> str | None: ...
+    @property
+    def read_tag(self) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class TableVersion:
     """One partition table's part of a change.
@@ -63,7 +77,7 @@ class TableVersion:
     @classmethod
     def of_task(
         cls,
-        task: ScanTask,
+        task: Registered,
         version: int,
         rows: int | None = None,
         changed: bool = True,

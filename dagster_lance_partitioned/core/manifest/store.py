@@ -43,10 +43,10 @@ from ..errors import (
     is_storage_failure,
     storage_error,
 )
+from ..partitioning.partition_spec import PartitionSpec, canonical_value
 from ..schema.namespace_schema import (
     SCHEMA_KEY as SCHEMA_KEY,  # re-exported: a manifest metadata key
 )
-from ..spec.partition_spec import PartitionSpec, canonical_value
 from . import retire
 from .commit_summary import (
     PROP_OPERATION,

@@ -33,12 +33,12 @@ from ..manifest.store import (
     TableEntry,
     is_table_dir_name,
 )
+from ..partitioning.partition_constants import fill_constants, identity_constants
+from ..partitioning.partition_spec import PartitionSpec
+from ..partitioning.partitioner import SpecEvaluator
 from ..schema import arrow_json
 from ..schema.conform import column_ids, column_sources, conform_for_read
 from ..schema.namespace_schema import full_schema, is_widening
-from ..spec.partition_constants import fill_constants, identity_constants
-from ..spec.partition_spec import PartitionSpec
-from ..spec.partitioner import SpecEvaluator
 from ..table_files import VersionFiles, check_version_files, dataset_files
 
 VERSIONS_DIR = "_versions/"

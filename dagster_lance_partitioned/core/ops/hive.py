@@ -47,10 +47,10 @@ from ..manifest.store import (
     base_manifest_schema,
     partition_field_columns,
 )
+from ..partitioning.partition_constants import fill_constants, identity_constants
+from ..partitioning.partition_spec import PartitionField, PartitionSpec, resolve_fields
+from ..partitioning.partitioner import SpecEvaluator
 from ..schema import arrow_json
-from ..spec.partition_constants import fill_constants, identity_constants
-from ..spec.partition_spec import PartitionField, PartitionSpec, resolve_fields
-from ..spec.partitioner import SpecEvaluator
 
 if TYPE_CHECKING:
     from ..read.planning import ScanTask

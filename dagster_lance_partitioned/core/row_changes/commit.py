@@ -37,9 +37,9 @@ from ..manifest.store import (
     partition_field_columns,
     table_location,
 )
+from ..partitioning.partition_spec import PartitionSpec
 from ..schema.conform import conform_for_write, table_write_schema
 from ..search.catalog import declared
-from ..spec.partition_spec import PartitionSpec
 from . import keys as K
 from .change import RowChangeResult
 from .executor import TableExecutor

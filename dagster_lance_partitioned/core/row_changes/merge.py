@@ -14,15 +14,16 @@ import pyarrow.compute as pc
 
 from ..concurrency import parallel_map
 from ..errors import DuplicateKeyError, MergeKeyError, UnnamedPartitionError, WriteError
+from ..expr.filters import FilterLike, quote_ident, sql_literal
+from ..expr.filters import check as check_filter
 from ..manifest.commit_summary import Operation
 from ..manifest.state import HasState, NamespaceState, state_of
-from ..read.filters import FilterLike, quote_ident, sql_literal
-from ..read.filters import check as check_filter
+from ..partitioning.partitioner import SpecEvaluator
+from ..read.field_filters import namespace_row_filter
 from ..read.planning import ScanTask
 from ..schema import arrow_json
 from ..schema.conform import check_write_schema, conform_for_write, table_write_schema
 from ..schema.namespace_schema import dropped_names, full_schema
-from ..spec.partitioner import SpecEvaluator
 from ..write import as_reader
 from . import keys as K
 from .change import RowChangeResult
@@ -121,12 +122,12 @@ def merge_options(
             f"(columns: {', '.join(plain.names)})",
             unknown,
         )
-    scope_sql = ns.row_filter(scope)
+    scope_sql = namespace_row_filter(ns, scope)
     if scope_sql is not None and when_not_matched_by_source != "delete":
         raise WriteError("scope only applies with when_not_matched_by_source='delete'")
     if scope_sql is not None:
         check_filter(scope_sql, ns.schema_with_ids)  # a bad scope fails here
-    confine_sql = ns.row_filter(confine)
+    confine_sql = namespace_row_filter(ns, confine)
     if confine_sql is not None:
         check_filter(confine_sql, ns.schema_with_ids)
     return MergeOptions(

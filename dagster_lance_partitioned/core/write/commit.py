@@ -32,7 +32,7 @@ from ..manifest.store import (
     overwritten_ids,
     partition_field_columns,
 )
-from ..spec.partition_spec import PartitionSpec
+from ..partitioning.partition_spec import PartitionSpec
 from .mode import WriteMode
 from .pending import BaseIndex, Key, PendingPartition
 from .result import PartitionWrite, WriteResult
@@ -167,7 +167,7 @@ class WriteCommit(ABC):
         ):
             # an upgrade switched the draft specs while this commit was in flight, and Lance
             # merged the two: give this write's rows their current-shape columns too
-            from ..ops.compat import refill_after_switch
+            from ..manifest.upgrade import refill_after_switch
 
             refill_after_switch(self.store, self.base.specs, self.schema)
         return WriteResult(

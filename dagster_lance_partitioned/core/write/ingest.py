@@ -20,11 +20,11 @@ from ..concurrency import parallel_map
 from ..errors import SchemaError, UnnamedPartitionError, WriteError
 from ..manifest.naming import NamespaceNaming, Naming
 from ..manifest.store import SEP, TABLE_NAME, ManifestSnapshot
+from ..partitioning.partition_constants import identity_constants
+from ..partitioning.partition_spec import PartitionSpec
+from ..partitioning.partitioner import Rows, SpecEvaluator
 from ..schema.conform import check_write_schema, conform_for_write
 from ..schema.namespace_schema import dropped_names, full_schema
-from ..spec.partition_constants import identity_constants
-from ..spec.partition_spec import PartitionSpec
-from ..spec.partitioner import Rows, SpecEvaluator
 from .pending import BaseIndex, Key, PendingPartition
 from .table import TableWriter
 

@@ -23,9 +23,9 @@ from ..manifest.store import (
     TableEntry,
     delete_empty_namespaces,
 )
-from ..spec.partition_spec import PartitionSpec, source_types
-from ..spec.transforms import ExpressionTransform
-from ..spec.windows import parse_window, window_values
+from ..partitioning.partition_spec import PartitionSpec, source_types
+from ..partitioning.transforms import ExpressionTransform
+from ..partitioning.windows import parse_window, window_values
 from .commit import Attempt, WriteCommit
 from .pending import Key, PendingPartition
 from .result import PartitionWrite

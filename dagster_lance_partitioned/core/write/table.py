@@ -25,9 +25,9 @@ from .. import storage
 from .. import table_version as tv
 from ..concurrency import LOCAL_TABLE_THREADS
 from ..manifest.store import ManifestStore, TableEntry, table_location
+from ..partitioning.partition_constants import fill_constants, identity_constants
+from ..partitioning.partition_spec import PartitionSpec
 from ..schema.conform import append_layout, column_sources, conform_to, same_layout
-from ..spec.partition_constants import fill_constants, identity_constants
-from ..spec.partition_spec import PartitionSpec
 from . import ahead
 from .pending import Key, PendingPartition
 

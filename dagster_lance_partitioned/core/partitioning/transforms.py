@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from ..errors import SpecError, UnknownTransformError
-from ..read.predicates import FALSE, TRUE, Cmp, InSet, IsNull, Leaf, Like, Pred, disj
+from ..expr.predicates import FALSE, TRUE, Cmp, InSet, IsNull, Leaf, Like, Pred, disj
 
 # maps literal source values to the partition values a transform gives them
 Evaluate = Callable[[list[Any]], list[Any]]

@@ -31,19 +31,19 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
-from ..errors import SchemaError
-from ..manifest.changes import MetadataStep, commit_steps
-from ..manifest.commit_summary import Operation
-from ..manifest.state import HasState, NamespaceState, state_of
-from ..spec.partition_spec import (
+from .errors import SchemaError
+from .manifest.changes import MetadataStep, commit_steps
+from .manifest.commit_summary import Operation
+from .manifest.state import HasState, NamespaceState, state_of
+from .partitioning.partition_spec import (
     PartitionField,
     PartitionSpec,
     SpecField,
     resolve_fields,
     specs_from_metadata,
 )
-from . import arrow_json
-from .namespace_schema import (
+from .schema import arrow_json
+from .schema.namespace_schema import (
     DEPRECATED_KEY,
     SCHEMA_KEY,
     check_column_name,
@@ -246,9 +246,9 @@ def promote_column_step(name: str, wider_type: pa.DataType) -> MetadataStep:
 def update_spec_step(partition_fields: Sequence[PartitionField | SpecField]) -> MetadataStep:
     """A new partition spec version N+1 of ``partition_fields`` (field ids of identical fields
     reused; nothing when they equal the current spec's), for a transaction or alone."""
-    from ..manifest.store import partition_field_columns
-    from ..spec.calendar_fields import warn_mixed_periods
-    from ..spec.partitioner import SpecEvaluator
+    from .manifest.store import partition_field_columns
+    from .partitioning.calendar_fields import warn_mixed_periods
+    from .partitioning.partitioner import SpecEvaluator
 
     warned = False  # the step is applied again when its commit is retried: one warning
 
@@ -307,7 +307,7 @@ def _next_field_id(full: pa.Schema, specs: list[PartitionSpec]) -> int:
 
 def _check_specs(schema: pa.Schema, specs: list[PartitionSpec]) -> None:
     """Raise when the current spec no longer compiles against the new visible schema."""
-    from ..spec.partitioner import SpecEvaluator
+    from .partitioning.partitioner import SpecEvaluator
 
     SpecEvaluator(specs[-1], live_schema(schema))
 

@@ -21,10 +21,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ManifestError, WriteError
-from ..manifest.commit_summary import CommitSummary, Operation
-from ..manifest.edit import ManifestEdit
-from ..manifest.state import HasState, NamespaceState, state_of
-from ..manifest.store import (
+from ..partitioning.partition_spec import (
+    PartitionSpec,
+    SpecField,
+    source_types,
+    specs_from_metadata,
+)
+from ..partitioning.transforms import ExpressionTransform
+from ..schema import arrow_json
+from .commit_summary import CommitSummary, Operation
+from .edit import ManifestEdit
+from .state import HasState, NamespaceState, state_of
+from .store import (
     PK_KEY,
     SCHEMA_KEY,
     SEP,
@@ -34,9 +42,6 @@ from ..manifest.store import (
     base_manifest_schema,
     writer_flags,
 )
-from ..schema import arrow_json
-from ..spec.partition_spec import PartitionSpec, SpecField, source_types, specs_from_metadata
-from ..spec.transforms import ExpressionTransform
 
 
 class _NothingToUpgrade(Exception):
