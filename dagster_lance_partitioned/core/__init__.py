@@ -4,6 +4,7 @@ from .errors import (
     CommitConflictError,
     ConditionalPutUnsupportedError,
     DuplicateKeyError,
+    EvolutionRefusedError,
     ExpressionError,
     FilterError,
     HiveImportError,
@@ -61,6 +62,7 @@ from .partitioning.windows import TimeWindow
 from .read.planning import ScanPlan, ScanTask
 from .read.pruning import SpecPruning
 from .row_changes.change import RowChangeResult
+from .row_changes.merge import MergeOptions
 from .search.catalog import IndexCoverage, IndexResult
 from .search.session import SearchSession
 from .transaction import Transaction, TransactionResult
@@ -77,6 +79,7 @@ __all__ = [
     "DropResult",
     "DroppedPartition",
     "DuplicateKeyError",
+    "EvolutionRefusedError",
     "ExpressionError",
     "FilterError",
     "HealthReport",
@@ -92,6 +95,7 @@ __all__ = [
     "MaintenanceConflictError",
     "ManifestError",
     "MergeKeyError",
+    "MergeOptions",
     "MixedCalendarPeriodsWarning",
     "NamespaceExistsError",
     "NamespaceNotFoundError",

@@ -45,6 +45,12 @@ class NullabilityError(SchemaMismatchError):
     """A NULL value was given for a non-nullable column."""
 
 
+class EvolutionRefusedError(SchemaError):
+    """Data to write implies a schema change (added columns, widened types) or a partition
+    spec change that the writer does not allow (for the IO manager: its partitions definition
+    or schema changed and the asset's metadata says ``error``); nothing was written."""
+
+
 class SpecError(PartitionedNamespaceError):
     """A partition spec is malformed (unknown transform, bad source id, ...)."""
 

@@ -45,7 +45,7 @@ from .schema.namespace_schema import snapshot_schema as snapshot_schema  # re-ex
 from .write import WriteMode, WriteResult
 
 if TYPE_CHECKING:
-    from .row_changes import RowChangeResult
+    from .row_changes import MergeOptions, RowChangeResult
     from .search.catalog import IndexCoverage, IndexResult
     from .search.session import SearchSession
     from .transaction import Transaction
@@ -419,30 +419,21 @@ class PartitionedNamespace:
     def merge_insert(
         self,
         data: Any,
-        on: str | Sequence[str],
+        on: str | Sequence[str] | MergeOptions,
         *,
-        when_matched: str = "update",
-        when_not_matched: str = "insert",
-        when_not_matched_by_source: str = "keep",
-        scope: FilterLike = None,
         commit_properties: dict[str, str] | None = None,
-        confine: FilterLike = None,
     ) -> RowChangeResult:
-        """Upsert ``data`` on the key columns ``on`` across partitions in one manifest commit
-        (see :func:`~.row_changes.merge_rows`; ``confine``: the partitions it may change)."""
-        from .row_changes import merge_rows
+        """Upsert ``data`` across partitions in one manifest commit, on the key column(s)
+        ``on`` with the default options (matched rows updated, new rows inserted, stored rows
+        kept), or as a :class:`~.row_changes.MergeOptions` says (``when_matched``,
+        ``when_not_matched``, ``when_not_matched_by_source``, ``scope``; ``confine``: the
+        partitions it may change). See :func:`~.row_changes.merge_rows`::
 
-        return merge_rows(
-            self,
-            data,
-            on,
-            when_matched=when_matched,
-            when_not_matched=when_not_matched,
-            when_not_matched_by_source=when_not_matched_by_source,
-            scope=scope,
-            commit_properties=commit_properties,
-            confine=confine,
-        )
+            ns.merge_insert(updates, on="id")
+            ns.merge_insert(updates, MergeOptions("id", when_matched="ignore"))"""
+        from .row_changes.merge import MergeOptions, merge_rows
+
+        return merge_rows(self, data, MergeOptions.of(on), commit_properties=commit_properties)
 
     @storage_boundary("deleting rows")
     def delete(

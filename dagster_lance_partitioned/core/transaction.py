@@ -70,7 +70,7 @@ from .schema.namespace_schema import full_schema, live_schema
 from .write import PartitionWriter, WriteMode, WriteResult
 
 if TYPE_CHECKING:
-    from .row_changes import RowChangeResult
+    from .row_changes import MergeOptions, RowChangeResult
 
 
 @dataclass(frozen=True)
@@ -226,29 +226,19 @@ class Transaction:
     def merge_insert(
         self,
         data: Any,
-        on: str | Sequence[str],
+        on: str | Sequence[str] | MergeOptions,
         *,
-        when_matched: str = "update",
-        when_not_matched: str = "insert",
-        when_not_matched_by_source: str = "keep",
-        scope: FilterLike = None,
         commit_properties: dict[str, str] | None = None,
-        confine: FilterLike = None,
     ) -> None:
-        """Upsert ``data`` on ``on`` as ``PartitionedNamespace.merge_insert`` does."""
-        from .row_changes import merge_rows
+        """Upsert ``data`` on the key column(s) ``on`` or as a ``MergeOptions`` says, as
+        ``PartitionedNamespace.merge_insert`` does."""
+        from .row_changes.merge import MergeOptions, merge_rows
+
+        options = MergeOptions.of(on)
 
         def run(state: NamespaceState, props: dict[str, str]) -> RowChangeResult:
             return merge_rows(
-                state,
-                data,
-                on,
-                when_matched=when_matched,
-                when_not_matched=when_not_matched,
-                when_not_matched_by_source=when_not_matched_by_source,
-                scope=scope,
-                commit_properties={**(commit_properties or {}), **props},
-                confine=confine,
+                state, data, options, commit_properties={**(commit_properties or {}), **props}
             )
 
         self._set_data("merge_insert", run)

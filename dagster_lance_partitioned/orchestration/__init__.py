@@ -21,7 +21,6 @@ from .errors import (
 from .handlers import (
     ArrowReaderHandler,
     ArrowTableHandler,
-    MergeRequest,
     PandasHandler,
     ReadRequest,
     SparkHandler,
@@ -29,7 +28,7 @@ from .handlers import (
     WriteRequest,
     default_type_handlers,
 )
-from .io_manager import LancePartitionedIOManager, column_schema
+from .io_manager import LancePartitionedIOManager
 from .layout import Layout, time_window
 from .maintenance import (
     MaintenanceConfig,
@@ -37,6 +36,7 @@ from .maintenance import (
     build_lance_maintenance_job,
     build_lance_maintenance_schedule,
 )
+from .metadata import column_schema
 from .output import OutputSlice
 from .resource import LancePartitionedResource
 from .sensors import build_lance_external_change_sensor, build_lance_schema_sensor
@@ -53,7 +53,6 @@ __all__ = [
     "Layout",
     "MaintenanceConfig",
     "MergeOptions",
-    "MergeRequest",
     "MissingUpstreamPartitionsError",
     "NestedAssetError",
     "OutputSlice",

@@ -5,19 +5,17 @@ three per Dagster partition, on only the partition tables of the keys a run mate
 result names what a person should look at (partitions, columns, versions, indexes)."""
 
 import json
+import warnings
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluationTargetMaterializationData,
-)
-from dagster._utils.warnings import disable_dagster_warnings
 
 from ..core.manifest.state import NamespaceState
 from ..core.manifest.store import ManifestSnapshot, TableEntry
 from ..core.namespace import PartitionedNamespace
 from ..core.ops import health
+from .dagster_private import target_materialization
 from .indexes import COVERAGE_COLUMNS, UnindexedBound
 from .metadata_keys import INDEXES, MANIFEST_VERSION
 from .watched import Lake, WatchedAsset, watched_assets
@@ -444,7 +442,8 @@ def _partition_checks_of(
     """The per-partition checks ``chosen`` of one partitioned asset, as partitioned asset
     checks evaluated for each partition key of the run."""
     assert w.partitions_def is not None
-    with disable_dagster_warnings():  # a partitions_def on a check spec is preview in 1.13
+    with warnings.catch_warnings():  # a partitions_def on a check spec is preview in 1.13
+        warnings.simplefilter("ignore", category=dg.PreviewWarning)
         specs = [
             dg.AssetCheckSpec(
                 PARTITION_CHECK_NAMES[c],
@@ -587,22 +586,20 @@ def _per_key(
 
 def _target_materializations(
     instance: dg.DagsterInstance, asset_key: dg.AssetKey, keys: Sequence[str]
-) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
+) -> dict[str, Any]:
     """The latest materialization of each partition key (the one its evaluations check)."""
 
     def fetch(wanted: Sequence[str], limit: int) -> list[Any]:
         records_filter = dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=list(wanted))
         return list(instance.fetch_materializations(records_filter, limit=limit).records)
 
-    out: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
+    out: dict[str, Any] = {}
 
     def add(records: Sequence[Any]) -> None:
         for r in records:  # newest first
             partition = r.partition_key
             if partition is not None and partition not in out:
-                out[partition] = AssetCheckEvaluationTargetMaterializationData(
-                    storage_id=r.storage_id, run_id=r.run_id, timestamp=r.timestamp
-                )
+                out[partition] = target_materialization(r)
 
     add(fetch(keys, len(keys)))  # usually one per key: the run's own materializations
     for key in [k for k in keys if k not in out]:

@@ -1,13 +1,17 @@
-"""Exceptions raised by the Dagster layer (besides those of the core it re-raises)."""
+"""Exceptions raised by the Dagster layer (besides those of the core it re-raises;
+:class:`~..core.errors.EvolutionRefusedError`, which the core raises for it, is importable from
+here as before)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..core.errors import (
+    EvolutionRefusedError as EvolutionRefusedError,  # raised by the core for the IO manager
+)
+from ..core.errors import (
     IndexDeclarationError,
     PartitionedNamespaceError,
-    SchemaError,
     WriteError,
 )
 
@@ -67,10 +71,6 @@ class PartitionKeyMismatchError(WriteError):
         super().__init__(message)
         self.partition_key = partition_key
         self.sample = sample
-
-
-class EvolutionRefusedError(SchemaError):
-    """The partitions definition or the schema changed and the asset's metadata says ``error``."""
 
 
 class UnsupportedTypeError(PartitionedNamespaceError, TypeError):

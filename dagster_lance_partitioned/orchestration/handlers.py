@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import pyarrow as pa
 
 from ..core.namespace import PartitionedNamespace
-from ..core.row_changes import RowChangeResult
+from ..core.row_changes import MergeOptions, RowChangeResult
 from ..core.transaction import Transaction
 from ..core.write import WriteMode, WriteResult
 from .errors import UnsupportedTypeError
@@ -53,22 +53,6 @@ class WriteRequest:
     mode: WriteMode
     partitions: list[dict[str, Any]] | None
     commit_properties: Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class MergeRequest:
-    """What a merge does (see ``PartitionedNamespace.merge_insert``): key columns ``on``, what
-    happens to matched, new and (``when_not_matched_by_source``) unmatched stored rows, the
-    stored rows a ``"delete"`` of the latter is limited to (``scope``), commit properties, and
-    the partitions the merge may change (``confine``: a filter; None: any)."""
-
-    on: tuple[str, ...]
-    when_matched: str
-    when_not_matched: str
-    when_not_matched_by_source: str
-    scope: str | None
-    commit_properties: Mapping[str, str]
-    confine: str | None = None
 
 
 class TypeHandler(abc.ABC, Generic[T]):
@@ -135,17 +119,17 @@ class TypeHandler(abc.ABC, Generic[T]):
             commit_properties=dict(request.commit_properties),
         )
 
-    def merge(self, obj: T, ns: WriteTarget, request: MergeRequest) -> RowChangeResult | None:
-        """Merge ``obj``'s rows into ``ns`` on ``request.on`` (one manifest commit)."""
+    def merge(
+        self,
+        obj: T,
+        ns: WriteTarget,
+        options: MergeOptions,
+        commit_properties: Mapping[str, str],
+    ) -> RowChangeResult | None:
+        """Merge ``obj``'s rows into ``ns`` as ``options`` say (one manifest commit recording
+        ``commit_properties``)."""
         return ns.merge_insert(
-            self.to_arrow(obj),
-            list(request.on),
-            when_matched=request.when_matched,
-            when_not_matched=request.when_not_matched,
-            when_not_matched_by_source=request.when_not_matched_by_source,
-            scope=request.scope,
-            commit_properties=dict(request.commit_properties),
-            confine=request.confine,
+            self.to_arrow(obj), options, commit_properties=dict(commit_properties)
         )
 
     def sample_outside(self, obj: T, row_filter: str) -> dict[str, Any] | None:
@@ -309,7 +293,13 @@ class SparkHandler(TypeHandler[Any]):
             )
         return result
 
-    def merge(self, obj: Any, ns: WriteTarget, request: MergeRequest) -> RowChangeResult | None:
+    def merge(
+        self,
+        obj: Any,
+        ns: WriteTarget,
+        options: MergeOptions,
+        commit_properties: Mapping[str, str],
+    ) -> RowChangeResult | None:
         from ..spark import register
         from ..spark.merge import merge_dataframe
 
@@ -320,14 +310,9 @@ class SparkHandler(TypeHandler[Any]):
         return merge_dataframe(
             obj,
             ns.uri,
-            list(request.on),
-            when_matched=request.when_matched,
-            when_not_matched=request.when_not_matched,
-            when_not_matched_by_source=request.when_not_matched_by_source,
-            scope=request.scope,
+            options,
             storage_options=ns.storage_options,
-            commit_properties=dict(request.commit_properties),
-            confine=request.confine,
+            commit_properties=dict(commit_properties),
         )
 
     def read(self, request: ReadRequest) -> Any:

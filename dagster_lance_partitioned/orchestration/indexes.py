@@ -216,7 +216,7 @@ def declare_requested(
         have = stored.get(wanted.name)
         if have is None:
             new.append((r, wanted))
-        elif not same_declaration(have, wanted):
+        elif not have.asks_for_same(wanted):
             raise _conflict(asset, ns.uri, r, have, wanted)
     made = []
     for r, wanted in new:
@@ -233,7 +233,7 @@ def declare_requested(
         except IndexDeclarationError as e:  # a concurrent run declared it otherwise first
             ns.refresh()
             have = {d.name: d for d in declared(ns)}.get(wanted.name)
-            if have is not None and not same_declaration(have, wanted):
+            if have is not None and not have.asks_for_same(wanted):
                 raise _conflict(asset, ns.uri, r, have, wanted) from None
             raise IndexMetadataError(
                 f"asset {asset}: metadata {INDEXES}[{r.position}]: {e}. Nothing was written.",
@@ -244,44 +244,10 @@ def declare_requested(
     return made
 
 
-def same_declaration(a: IndexDeclaration, b: IndexDeclaration) -> bool:
-    """Whether two declarations ask for the same index: one column (by field id when both
-    know it), type, ``min_rows`` and parameters (a vector index's metric ``l2`` whether
-    given or not)."""
-    if a.field_id is not None and b.field_id is not None:
-        same_column = a.field_id == b.field_id
-    else:
-        same_column = a.column == b.column
-    return (
-        same_column
-        and a.name == b.name
-        and a.index_type == b.index_type
-        and a.min_rows == b.min_rows
-        and _params(a) == _params(b)
-    )
-
-
-def _params(d: IndexDeclaration) -> dict[str, Any]:
-    params = dict(d.params)
-    if d.kind == "vector":
-        params["metric"] = d.metric
-    return params
-
-
-def plain(d: IndexDeclaration) -> dict[str, Any]:
-    """A declaration as a person reads it."""
-    return {
-        "column": d.column,
-        "index_type": d.index_type,
-        "min_rows": d.min_rows,
-        "params": dict(d.params),
-    }
-
-
 def _conflict(
     asset: str, uri: str, r: IndexRequest, have: IndexDeclaration, wanted: IndexDeclaration
 ) -> IndexDeclarationConflictError:
-    stored, asked = plain(have), plain(wanted)
+    stored, asked = have.plain(), wanted.plain()
     return IndexDeclarationConflictError(
         f"asset {asset}: metadata {INDEXES}[{r.position}] asks for index {wanted.name!r} as "
         f"{json.dumps(asked, sort_keys=True)}, but the namespace {uri} already declares it as "

@@ -11,7 +11,6 @@ from typing import Any
 
 import dagster as dg
 import pyarrow as pa
-from dagster._core.definitions.partitions.schedule_type import ScheduleType
 
 from ..core.errors import PartitionedNamespaceError, SpecError
 from ..core.expr.filters import quote_ident, sql_literal
@@ -19,18 +18,16 @@ from ..core.partitioning.partition_spec import PartitionField
 from ..core.partitioning.windows import TimeWindow, as_source, is_zoned, window_values
 from .errors import PartitionLayoutError
 
-_UNITS = {
-    ScheduleType.HOURLY: "hour",
-    ScheduleType.DAILY: "day",
-    ScheduleType.WEEKLY: "week",
-    ScheduleType.MONTHLY: "month",
-}
+# by the name of the cadence the public ``schedule_type`` property returns (an enum Dagster
+# does not export)
+_UNITS = {"HOURLY": "hour", "DAILY": "day", "WEEKLY": "week", "MONTHLY": "month"}
 
 
 def time_window(pdef: dg.TimeWindowPartitionsDefinition) -> TimeWindow:
     """The calendar cadence of a time-window partitions definition (PartitionLayoutError for
     cron schedules that are not one, or windows the zone's DST changes make ambiguous)."""
-    unit = _UNITS.get(pdef.schedule_type) if pdef.schedule_type is not None else None
+    cadence = pdef.schedule_type
+    unit = _UNITS.get(cadence.name) if cadence is not None else None
     if unit is None:
         raise PartitionLayoutError(
             f"cron schedule {pdef.cron_schedule!r} is not an hourly, daily, weekly or monthly "

@@ -17,8 +17,8 @@ import pyarrow as pa
 from ..core.manifest.commit_summary import Operation
 from ..core.ops.history import Commit, commits
 from ..core.schema.arrow_json import field_id
-from .io_manager import column_schema
 from .maintenance import MAINTENANCE_SOURCE
+from .metadata import column_schema
 from .metadata_keys import EXTERNAL, MANIFEST_VERSION, OPERATION, SCHEMA_CHANGES, WRITER
 from .output import COMMIT_SOURCE
 from .watched import Lake, WatchedAsset, watched_assets

@@ -17,7 +17,7 @@ from ..core.manifest.changes import Changes, apply_to, commit_changes
 from ..core.manifest.state import NamespaceState
 from ..core.partitioning.partition_spec import PartitionSpec, source_names, source_types
 from ..core.partitioning.transforms import Granularity
-from ..core.row_changes import RowChangeResult
+from ..core.row_changes import MergeOptions, RowChangeResult
 from ..core.write import WRITE_MODES, WriteMode, WriteResult
 from ..core.write.staged import StagedWrite
 from . import options as opt
@@ -85,12 +85,7 @@ def write_dataframe(
     storage_options: dict[str, str] | None = None,
     commit_properties: dict[str, str] | None = None,
     cluster: bool = True,
-    on: str | Sequence[str] | None = None,
-    when_matched: str | None = None,
-    when_not_matched: str | None = None,
-    when_not_matched_by_source: str | None = None,
-    scope: FilterLike = None,
-    confine: FilterLike = None,
+    on: str | Sequence[str] | MergeOptions | None = None,
     changes: Changes | None = None,
 ) -> WriteResult | RowChangeResult | None:
     """Write ``df`` into the namespace at ``uri`` through the ``lance_partitioned`` format and
@@ -111,27 +106,18 @@ def write_dataframe(
     The schema is checked on the driver before anything is written (SchemaMismatchError naming
     the column); the rows never leave the executors.
 
-    ``mode="merge"`` upserts on the key columns ``on`` instead, distributed, into an existing
-    namespace and returns a :class:`RowChangeResult`: ``when_matched``, ``when_not_matched``,
-    ``when_not_matched_by_source``, ``scope`` and ``confine`` are
-    :func:`~dagster_lance_partitioned.spark.merge.merge_dataframe`'s (left out: its defaults).
-    An option of one kind of mode given with the other (``on`` and the merge's options with a
-    write mode; ``partition_by``, ``partition_values`` or ``changes`` with a merge, whose
-    partitions are limited with ``confine``) raises :class:`WriteError` naming it; nothing is
-    written.
+    ``mode="merge"`` upserts instead, distributed, into an existing namespace and returns a
+    :class:`RowChangeResult`: ``on`` is the key column(s) (the default options) or a
+    :class:`~dagster_lance_partitioned.core.row_changes.MergeOptions`, as for
+    :func:`~dagster_lance_partitioned.spark.merge.merge_dataframe`. An option of one kind of
+    mode given with the other (``on`` with a write mode; ``partition_by``, ``partition_values``
+    or ``changes`` with a merge, whose partitions are limited with ``MergeOptions.confine``)
+    raises :class:`WriteError` naming it; nothing is written.
 
     ``changes`` (a transaction's schema / spec changes, :meth:`.Transaction.detach_changes`):
     the rows are written under the schema and spec they make, and the Spark driver commits
     them just before the data; a write refused on the way commits neither (for a merge,
     commit the transaction first)."""
-    merge_opts: dict[str, Any] = {
-        "when_matched": when_matched,
-        "when_not_matched": when_not_matched,
-        "when_not_matched_by_source": when_not_matched_by_source,
-        "scope": scope,
-        "confine": confine,
-    }
-    given = {name: value for name, value in merge_opts.items() if value is not None}
     if mode == "merge":
         refused = [
             name
@@ -154,14 +140,12 @@ def write_dataframe(
             on if on is not None else [],
             storage_options=storage_options,
             commit_properties=commit_properties,
-            **given,
         )
     if mode not in WRITE_MODES:
         raise WriteError(f"unknown write mode {mode!r} (use one of {', '.join(WRITE_MODES)})")
-    if on is not None or given:
-        names = ", ".join(["on", *given] if on is not None else given)
+    if on is not None:
         raise WriteError(
-            f"write_dataframe: {names} only apply with mode='merge', not mode={mode!r}; "
+            f"write_dataframe: on only apply with mode='merge', not mode={mode!r}; "
             "nothing was written"
         )
     data_schema = arrow_schema(df.schema)

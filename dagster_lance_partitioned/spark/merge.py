@@ -40,7 +40,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from ..core.errors import CommitConflictError, MergeKeyError, WriteError
-from ..core.expr.filters import FilterLike
 from ..core.manifest.naming import NAMING_KEY, ensure_naming_key
 from ..core.manifest.registration import TableVersion
 from ..core.manifest.state import NamespaceState
@@ -50,7 +49,6 @@ from ..core.row_changes import (
     RowChangeResult,
     StaleChangeError,
     commit_outcomes,
-    merge_options,
 )
 from ..core.row_changes.merge import MergeOptions, check_input_schema, duplicate_key_error
 from ..core.row_changes.plan import ChangePlan, keys_cover_partitions, source_names
@@ -71,30 +69,25 @@ _COUNT = "__dlp_count"
 def merge_dataframe(
     df: DataFrame,
     uri: str,
-    on: str | Sequence[str],
+    on: str | Sequence[str] | MergeOptions,
     *,
-    when_matched: str = "update",
-    when_not_matched: str = "insert",
-    when_not_matched_by_source: str = "keep",
-    scope: FilterLike = None,
     storage_options: dict[str, str] | None = None,
     commit_properties: dict[str, str] | None = None,
-    confine: FilterLike = None,
 ) -> RowChangeResult:
-    """Merge the rows of ``df`` into the namespace at ``uri`` on the key columns ``on``, in one
-    manifest commit, distributed (see the module doc). Semantics of
+    """Merge the rows of ``df`` into the namespace at ``uri`` in one manifest commit,
+    distributed (see the module doc), on the key column(s) ``on`` with the default options or
+    as a :class:`~dagster_lance_partitioned.core.row_changes.MergeOptions` says. Semantics of
     :func:`~dagster_lance_partitioned.core.row_changes.merge_rows`: matched keys updated or
     ignored, new keys inserted or ignored, moved keys deleted from their old partition,
     ``when_not_matched_by_source="delete"`` limited to the partitions the input touches or to
     ``scope``; keys must be unique and not NULL (:class:`DuplicateKeyError` /
     :class:`MergeKeyError` naming one, nothing changed); ``confine``: the partitions it may
     change (a key to move out of another raises :class:`UnnamedPartitionError`)."""
+    options = MergeOptions.of(on)
     ns = PartitionedNamespace.open(uri, storage_options)
     state = ns.state
     state.require_unpinned("merge into it")
-    opts = merge_options(
-        state, on, when_matched, when_not_matched, when_not_matched_by_source, scope, confine
-    )
+    opts = options.checked(state)
     data_schema = arrow_schema(df.schema)
     missing = [k for k in opts.on if data_schema.get_field_index(k) < 0]
     if missing:

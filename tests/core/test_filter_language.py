@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from helpers.data import SCHEMA, sample_table, sorted_rows
 
-from dagster_lance_partitioned import PartitionedNamespace, PartitionField
+from dagster_lance_partitioned import MergeOptions, PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import FilterError
 
 FIELDS = [PartitionField.identity("country"), PartitionField.year("event_date")]
@@ -50,9 +50,11 @@ def test_a_partition_field_id_filters_every_api(ns: PartitionedNamespace) -> Non
     assert min(ns.to_table(flt)["value"].to_pylist()) >= 1000
     ns.merge_insert(
         sample_table(3, start=100),
-        on="id",
-        when_not_matched_by_source="delete",
-        scope="event_date_year = 2025 AND country = 'FR'",
+        MergeOptions(
+            "id",
+            when_not_matched_by_source="delete",
+            scope="event_date_year = 2025 AND country = 'FR'",
+        ),
     )
     assert ns.maintenance.drop_partitions("event_date_year = 2025 AND country = 'DE'").rows > 0
 

@@ -3,9 +3,11 @@ commit; moved keys, older spec versions, bad input, concurrency and kill -9 atom
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
+import pickle
 import random
 import signal
 import subprocess
@@ -18,7 +20,7 @@ import pytest
 from helpers.data import SCHEMA, fingerprint, sample_table, sorted_rows
 from helpers.faults import before_row_change_commit
 
-from dagster_lance_partitioned import PartitionedNamespace, PartitionField
+from dagster_lance_partitioned import MergeOptions, PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core import row_changes
 from dagster_lance_partitioned.core.errors import (
     CommitConflictError,
@@ -119,17 +121,18 @@ def test_merge_when_matched_ignore_and_when_not_matched_ignore(tmp_path):
     ns = make_ns(tmp_path)
     before = as_dict(ns)
     data = rows((0, "US", D1, 100.0), (60, "US", D1, 60.0))
-    r1 = ns.merge_insert(data, on="id", when_matched="ignore")
+    r1 = ns.merge_insert(data, MergeOptions("id", when_matched="ignore"))
     assert (r1.rows_updated, r1.rows_inserted) == (0, 1)
     assert as_dict(ns)[0] == before[0] and 60 in as_dict(ns)
     r2 = ns.merge_insert(
-        rows((1, "FR", D1, 1e6), (61, "FR", D1, 61.0)), on="id", when_not_matched="ignore"
+        rows((1, "FR", D1, 1e6), (61, "FR", D1, 61.0)),
+        MergeOptions("id", when_not_matched="ignore"),
     )
     assert (r2.rows_updated, r2.rows_inserted) == (1, 0)
     assert as_dict(ns)[1]["value"] == 1e6 and 61 not in as_dict(ns)
     # moved key + ignore: the stored row stays where it is, nothing inserted elsewhere
     version = ns.version
-    r3 = ns.merge_insert(rows((2, "US", D1, 0.0)), on="id", when_matched="ignore")
+    r3 = ns.merge_insert(rows((2, "US", D1, 0.0)), MergeOptions("id", when_matched="ignore"))
     assert not r3.committed and ns.version == version
     assert as_dict(ns)[2] == before[2]
 
@@ -139,7 +142,8 @@ def test_merge_not_matched_by_source_deletes_only_in_touched_partitions(tmp_path
     us_before = ns.count_rows("country = 'US'")
     others = sorted_rows(ns.to_table(filter="country <> 'US'"))
     result = ns.merge_insert(
-        rows((0, "US", D1, 5.0), (90, "US", D2, 9.0)), on="id", when_not_matched_by_source="delete"
+        rows((0, "US", D1, 5.0), (90, "US", D2, 9.0)),
+        MergeOptions("id", when_not_matched_by_source="delete"),
     )
     assert result.rows_deleted == us_before - 1
     assert sorted(r["id"] for r in ns.to_table(filter="country = 'US'").to_pylist()) == [0, 90]
@@ -150,16 +154,18 @@ def test_merge_not_matched_by_source_with_a_scope(tmp_path):
     ns = make_ns(tmp_path)
     result = ns.merge_insert(
         rows((0, "US", D1, 5.0)),
-        on="id",
-        when_not_matched_by_source="delete",
-        scope="country IN ('US', 'FR') AND value > 2",
+        MergeOptions(
+            "id",
+            when_not_matched_by_source="delete",
+            scope="country IN ('US', 'FR') AND value > 2",
+        ),
     )
     left = sorted(r["id"] for r in ns.to_table().to_pylist())
     # US: 0 kept (in input), 3/6/9 deleted; FR: 1 kept (value 1), 4/7/10 deleted; DE untouched
     assert left == [0, 1, 2, 5, 8, 11]
     assert result.rows_deleted == 6
     with pytest.raises(WriteError, match="scope"):
-        ns.merge_insert(rows((0, "US", D1, 5.0)), on="id", scope="value > 1")
+        ns.merge_insert(rows((0, "US", D1, 5.0)), MergeOptions("id", scope="value > 1"))
 
 
 def test_merge_refuses_duplicate_and_null_keys_changing_nothing(tmp_path):
@@ -178,8 +184,27 @@ def test_merge_refuses_duplicate_and_null_keys_changing_nothing(tmp_path):
     with pytest.raises(SchemaMismatchError):
         ns.merge_insert(pa.table({"id": [1], "value": ["x"]}), on="id")
     with pytest.raises(WriteError, match="when_matched"):
-        ns.merge_insert(rows((1, "US", D1, 1.0)), on="id", when_matched="replace")
+        ns.merge_insert(rows((1, "US", D1, 1.0)), MergeOptions("id", when_matched="replace"))
     assert fingerprint(ns.uri) == before
+
+
+def test_merge_options_are_one_value_for_every_merge_path(tmp_path):
+    """A key column name or MergeOptions: the same merge; filters kept as SQL; a frozen
+    value that survives pickling (Spark tasks) and ``dataclasses.replace``."""
+    options = MergeOptions(
+        "id", when_not_matched_by_source="delete", scope=[("country", "=", "US")], confine=" "
+    )
+    assert options.scope == "`country` = 'US'" and options.confine is None
+    assert pickle.loads(pickle.dumps(options)) == options
+    assert dataclasses.replace(options, confine="id > 0").confine == "id > 0"
+    assert MergeOptions.of("id") == MergeOptions(["id"]) == MergeOptions(("id",))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.on = ("x",)  # type: ignore[misc]
+    ns = make_ns(tmp_path)
+    result = ns.merge_insert(rows((0, "US", D1, 5.0)), options)
+    assert sorted(r["id"] for r in ns.to_table(filter="country = 'US'").to_pylist()) == [0]
+    props = ns.state.store.commit_properties(result.manifest_version)
+    assert props["scope"] == "`country` = 'US'" and props["on"] == '["id"]'
 
 
 def test_merge_finds_rows_written_under_an_older_spec(tmp_path):
@@ -360,14 +385,13 @@ def test_confine_refuses_moving_a_key_out_of_a_partition_it_does_not_name(tmp_pa
     before = fingerprint(ns.uri)
     # id 1 is stored in FR: merged as a US row it would be deleted from FR
     with pytest.raises(UnnamedPartitionError, match=r"merge key \{'id': 1\}.*FR") as info:
-        ns.merge_insert(rows((1, "US", D1, -1.0)), "id", confine="country = 'US'")
+        ns.merge_insert(rows((1, "US", D1, -1.0)), MergeOptions("id", confine="country = 'US'"))
     assert info.value.sample["id"] == 1 and "FR" in info.value.values.values()
     assert fingerprint(ns.uri) == before
     # new keys and keys already in US are fine; so is a key whose move stays inside confine
     result = ns.merge_insert(
         rows((0, "US", D1, 7.0), (99, "US", D1, 9.0), (1, "FR", D2, 8.0)),
-        "id",
-        confine="country IN ('US', 'FR')",
+        MergeOptions("id", confine="country IN ('US', 'FR')"),
     )
     assert (result.rows_updated, result.rows_inserted) == (2, 1)
 
@@ -385,7 +409,9 @@ def test_confine_holds_against_a_concurrent_write_of_the_key_elsewhere(tmp_path)
         before_row_change_commit(ns, concurrently),
         pytest.raises(UnnamedPartitionError, match="900"),
     ):
-        row_changes.merge_rows(ns, rows((900, "US", D1, 1.0)), "id", confine="country = 'US'")
+        row_changes.merge_rows(
+            ns, rows((900, "US", D1, 1.0)), MergeOptions("id", confine="country = 'US'")
+        )
     got = ns.refresh().to_table(filter="id = 900").to_pylist()
     assert [(r["country"], r["value"]) for r in got] == [("FR", 5.0)]  # the other write only
     assert ns.count_rows("country = 'US'") == 4
@@ -394,7 +420,7 @@ def test_confine_holds_against_a_concurrent_write_of_the_key_elsewhere(tmp_path)
     ns2 = make_ns(tmp_path / "plain")
     other2 = PartitionedNamespace.open(ns2.uri)
     with before_row_change_commit(ns2, lambda: other2.write(rows((900, "FR", D1, 5.0)))):
-        row_changes.merge_rows(ns2, rows((900, "US", D1, 1.0)), "id")
+        row_changes.merge_rows(ns2, rows((900, "US", D1, 1.0)), MergeOptions("id"))
     got = ns2.refresh().to_table(filter="id = 900").to_pylist()
     assert [(r["country"], r["value"]) for r in got] == [("US", 1.0)]
 
@@ -408,7 +434,7 @@ def test_a_concurrent_append_to_a_touched_partition_is_kept(tmp_path):
 
     with before_row_change_commit(ns, concurrently):
         # conflicts once, redone on the new US version
-        row_changes.merge_rows(ns, rows((0, "US", D1, 100.0)), "id")
+        row_changes.merge_rows(ns, rows((0, "US", D1, 100.0)), MergeOptions("id"))
     got = as_dict(ns.refresh())
     assert got[0]["value"] == 100.0 and 500 in got and len(got) == 13
 
@@ -442,7 +468,9 @@ def test_a_partition_created_concurrently_is_merged_into_not_duplicated(tmp_path
         other.write(rows((70, "IT", D2, -70.0), (72, "IT", D2, 7.0)))
 
     with before_row_change_commit(ns, concurrently):
-        result = row_changes.merge_rows(ns, rows((70, "IT", D1, 1.0), (71, "IT", D1, 2.0)), "id")
+        result = row_changes.merge_rows(
+            ns, rows((70, "IT", D1, 1.0), (71, "IT", D1, 2.0)), MergeOptions("id")
+        )
     got = sorted_rows(ns.refresh().to_table(filter="country = 'IT'"))
     assert [(r["id"], r["value"]) for r in got] == [(70, 1.0), (71, 2.0), (72, 7.0)]
     assert (result.rows_updated, result.rows_inserted) == (1, 1)
@@ -456,7 +484,7 @@ def test_a_concurrent_overwrite_of_a_touched_partition_is_merged_into(tmp_path):
         ns, lambda: other.write(rows((0, "US", D2, -1.0)), mode="overwrite_partitions")
     ):
         row_changes.merge_rows(
-            ns, rows((0, "US", D1, 100.0), (3, "US", D1, 300.0)), ["id", "country"]
+            ns, rows((0, "US", D1, 100.0), (3, "US", D1, 300.0)), MergeOptions(("id", "country"))
         )
     got = sorted_rows(ns.refresh().to_table(filter="country = 'US'"))
     assert [(r["id"], r["value"]) for r in got] == [(0, 100.0), (3, 300.0)]
@@ -481,7 +509,7 @@ def test_partitions_that_keep_moving_give_up_with_a_conflict(tmp_path, monkeypat
         before_row_change_commit(ns, lambda: other.write(rows((501, "US", D1, 1.0)))),
         pytest.raises(CommitConflictError),
     ):
-        row_changes.merge_rows(ns, rows((0, "US", D1, 100.0)), "id")
+        row_changes.merge_rows(ns, rows((0, "US", D1, 100.0)), MergeOptions("id"))
     assert ns.refresh().version == version + 1  # only the concurrent write landed
     assert as_dict(ns)[0]["value"] == 0.0
 

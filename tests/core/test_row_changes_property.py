@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dagster_lance_partitioned import PartitionedNamespace, PartitionField
+from dagster_lance_partitioned import MergeOptions, PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.partitioning.partitioner import SpecEvaluator
 
 SCHEMA = pa.schema(
@@ -231,10 +231,12 @@ def run_steps(spec: str, initial: list[tuple], steps: list[tuple]) -> None:
                 ]
                 ns.merge_insert(
                     _table(data),
-                    on=on,
-                    when_matched=matched,
-                    when_not_matched=not_matched,
-                    when_not_matched_by_source=by_source,
+                    MergeOptions(
+                        on,
+                        when_matched=matched,
+                        when_not_matched=not_matched,
+                        when_not_matched_by_source=by_source,
+                    ),
                 )
                 model.merge(data, on, matched, not_matched, by_source)
             elif kind == "delete":

@@ -294,7 +294,7 @@ def test_a_session_without_memory_keeps_nothing_and_answers_alike(tmp_path):
         assert all(a.equals(answers[0]) for a in answers)
     assert empty.size_bytes() == 0 and not empty.report()
     assert 0 < kept.size_bytes() <= kept.budget_bytes
-    assert set(kept.report()) >= {"terms", "vectors", "table"}
+    assert set(kept.report()) >= {"terms", "pooled", "pooled column", "table"}
     kept.clear()
     assert kept.size_bytes() == 0 and not kept.report()
 

@@ -311,3 +311,26 @@ def test_serial_while_fast_keeps_order_and_goes_concurrent_after_a_slow_call():
     seen.clear()
     assert serial_while_fast(fn, [0, 1, 2], threads=4) == [0, 1, 4]
     assert {t for _, t in seen} == {main}
+
+
+@pytest.mark.parametrize("index_type", ["IVF_FLAT", "IVF_PQ", "IVF_HNSW_SQ"])
+@pytest.mark.parametrize("metric", ["l2", "cosine"])
+def test_centroids_from_the_ivf_model_equal_the_index_statistics(tmp_path, index_type, metric):
+    # routing reads each table's centroids from Lance's IVF model of the index; they are the
+    # centroids Lance's index statistics report, in the same order
+    from dagster_lance_partitioned.core.search.ivf import _centroids_from_statistics, read_centroids
+
+    ns = make_ns(tmp_path / "ns", clustered_rows(per_tenant=1500))  # 500 rows a table: PQ trains
+    ns.create_index("v", index_type, min_rows=1, num_partitions=CLUSTERS_PER_TABLE, metric=metric)
+    checked = 0
+    for entry in ns.inspect.partitions():
+        ds = table_of(ns, entry)
+        names = [d.name for d in ds.describe_indices()]
+        if not names:  # too few rows to train this index type
+            continue
+        (name,) = names
+        checked += 1
+        from_model = read_centroids(ds, name)
+        assert from_model is not None and from_model.shape == (CLUSTERS_PER_TABLE, DIM)
+        np.testing.assert_array_equal(from_model, _centroids_from_statistics(ds, name))
+    assert checked

@@ -155,3 +155,22 @@ def test_collect_statistics_fills_in_tables_written_without_them(ns: Partitioned
     assert len(ns.plan_scan("value > 1000").pruned_by_stats) == 3
     assert assert_statistics_hold(ns) == 3
     assert ns.maintenance.collect_statistics().partitions == ()  # nothing left to do
+
+
+def test_durations_and_empty_floats_get_statistics_that_hold(tmp_path: Path) -> None:
+    """Arrow has no min_max of durations and an empty float column can have no chunks: a write
+    of either records statistics (bounds of the durations' ticks; none for no rows)."""
+    schema = pa.schema([("k", pa.string()), ("d", pa.duration("us")), ("x", pa.float64())])
+    ns = PartitionedNamespace.create(tmp_path / "ns", schema, [PartitionField.identity("k")])
+    rows = pa.table(
+        {
+            "k": ["a", "a", "b"],
+            "d": pa.array([5, None, -3], pa.duration("us")),
+            "x": [1.5, 2.5, -1.0],
+        },
+        schema=schema,
+    )
+    ns.write(rows)
+    ns.write(pa.Table.from_batches([], schema), mode="append")
+    assert_statistics_hold(ns)
+    assert ns.to_table().sort_by("x").equals(rows.sort_by("x"))

@@ -236,10 +236,10 @@ def test_partitioned_merge_refuses_a_key_written_elsewhere_just_before_it(tmp_pa
     run([daily_merge_asset(data)], tmp_path, instance, partition_key="2024-01-01")
 
     class RacedHandler(ArrowTableHandler):
-        def merge(self, obj, ns, request):  # type: ignore[no-untyped-def]
+        def merge(self, obj, ns, options, commit_properties):  # type: ignore[no-untyped-def]
             other = PartitionedNamespace.open(ns.uri)  # another run writes id 7 on 01-01
             other.write(rows("2024-01-01", [7], value=70.0))
-            return super().merge(obj, ns, request)
+            return super().merge(obj, ns, options, commit_properties)
 
     class RacedIOManager(LancePartitionedIOManager):
         @staticmethod

@@ -33,7 +33,7 @@ PACKAGE = top.__name__
 LAYERS = {"core": core, "orchestration": orchestration, "spark": spark, "cli": cli}
 # raised and caught inside the package, never reaching a caller
 INTERNAL_EXCEPTIONS = {
-    f"{PACKAGE}.core.read.predicates.NotRenderable",  # a predicate SQL cannot express: pruned less
+    f"{PACKAGE}.core.expr.predicates.NotRenderable",  # a predicate SQL cannot express: pruned less
     f"{PACKAGE}.core.manifest.edit.NothingToCommit",  # a commit plan with nothing to change
 }
 # fields of returned dataclasses that carry internal state (not compared, not shown)
@@ -255,8 +255,12 @@ def test_merge_options_are_the_cores():
     from dagster_lance_partitioned.core.row_changes import MergeOptions
 
     assert orchestration.MergeOptions is MergeOptions
+    assert top.MergeOptions is MergeOptions and core.MergeOptions is MergeOptions
     options = MergeOptions("id", "ignore")  # positional as before; one key column as a name
     assert options.on == ("id",) and not options.update and options.insert
     assert options == MergeOptions(("id",), when_matched="ignore")
     with pytest.raises(top.WriteError, match="when_not_matched_by_source"):
         MergeOptions(("id",), when_not_matched_by_source="drop")
+    # the one way to say a merge: MergeRequest is gone
+    assert MergeOptions.of(options) is options and MergeOptions.of(["id"]) == MergeOptions("id")
+    assert not hasattr(orchestration, "MergeRequest")

@@ -15,7 +15,7 @@ import pytest
 from helpers.data import SCHEMA, fingerprint, sample_table, sorted_rows
 from pyspark.sql import DataFrame
 
-from dagster_lance_partitioned import PartitionedNamespace, PartitionField
+from dagster_lance_partitioned import MergeOptions, PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import (
     CommitConflictError,
     DuplicateKeyError,
@@ -96,15 +96,15 @@ def spark_df(spark, table: pa.Table) -> DataFrame:
 
 
 CASES = {
-    "on id (moved keys searched everywhere)": dict(on=["id"]),
-    "on id and country (partition column covered)": dict(on=["id", "country"]),
-    "when_matched ignore": dict(on=["id"], when_matched="ignore"),
-    "when_not_matched ignore": dict(on=["id"], when_not_matched="ignore"),
-    "not matched by source: delete in the touched partitions": dict(
-        on=["id"], when_not_matched_by_source="delete"
+    "on id (moved keys searched everywhere)": MergeOptions("id"),
+    "on id and country (partition column covered)": MergeOptions(("id", "country")),
+    "when_matched ignore": MergeOptions("id", when_matched="ignore"),
+    "when_not_matched ignore": MergeOptions("id", when_not_matched="ignore"),
+    "not matched by source: delete in the touched partitions": MergeOptions(
+        ["id"], when_not_matched_by_source="delete"
     ),
-    "not matched by source: delete in scope": dict(
-        on=["id", "country"],
+    "not matched by source: delete in scope": MergeOptions(
+        ["id", "country"],
         when_not_matched_by_source="delete",
         scope="country IN ('C1', 'C2', 'NEW') OR id < 30",
     ),
@@ -116,8 +116,8 @@ def test_the_spark_merge_equals_the_core_merge(tmp_path, spark, case):
     options = CASES[case]
     core, dist = pair(tmp_path)
     data = changes()
-    expected = core.merge_insert(data, **options)
-    got = merge_dataframe(spark_df(spark, data), dist.uri, **options)
+    expected = core.merge_insert(data, options)
+    got = merge_dataframe(spark_df(spark, data), dist.uri, options)
     assert counts(got) == counts(expected)
     dist.refresh()
     assert contents(dist) == contents(core)
@@ -130,9 +130,9 @@ def test_older_spec_partitions_are_searched_and_emptied(tmp_path, spark):
     for ns in (core, dist):
         ns.update_spec([PartitionField.identity("country"), PartitionField.year("event_date")])
     data = changes()
-    options = dict(on=["id", "country"], when_not_matched_by_source="delete", scope="TRUE")
-    expected = core.merge_insert(data, **options)
-    got = merge_dataframe(spark_df(spark, data), dist.uri, **options)
+    options = MergeOptions(("id", "country"), when_not_matched_by_source="delete", scope="TRUE")
+    expected = core.merge_insert(data, options)
+    got = merge_dataframe(spark_df(spark, data), dist.uri, options)
     assert counts(got) == counts(expected)
     assert contents(dist.refresh()) == contents(core)
     assert expected.partitions_removed  # the old spec's partitions were emptied
@@ -232,10 +232,10 @@ def test_confine_refuses_moving_a_key_out_of_a_partition_it_does_not_name(tmp_pa
         [{"id": 1, "country": "C0", "event_date": D2, "value": 1.0}], schema=SCHEMA
     ))  # fmt: skip
     with pytest.raises(UnnamedPartitionError, match=f"{home}.*may not touch") as err:
-        merge_dataframe(df, ns.uri, on="id", confine="country = 'C0'")
+        merge_dataframe(df, ns.uri, MergeOptions("id", confine="country = 'C0'"))
     assert err.value.sample == {"id": 1}
     assert (ns.refresh().version, contents(ns)) == before
-    result = merge_dataframe(df, ns.uri, on="id", confine=f"country IN ('C0', '{home}')")
+    result = merge_dataframe(df, ns.uri, MergeOptions("id", confine=f"country IN ('C0', '{home}')"))
     assert (result.rows_updated, result.rows_moved) == (1, 1)
 
 
@@ -314,16 +314,20 @@ def test_write_dataframe_merge_passes_the_merge_options(tmp_path, spark):
     with pytest.raises(WriteError, match="on only apply with mode='merge'"):
         write_dataframe(df, ns.uri, "append", on="id")
     with pytest.raises(WriteError, match="does not take partition_by"):
-        write_dataframe(df, ns.uri, "merge", "country", on="id", when_matched="ignore")
+        write_dataframe(
+            df, ns.uri, "merge", "country", on=MergeOptions("id", when_matched="ignore")
+        )
     assert ns.refresh().version == version  # refused before anything was written
     result = write_dataframe(
         df,
         ns.uri,
         mode="merge",
-        on="id",
-        when_matched="ignore",
-        when_not_matched_by_source="delete",
-        scope="country = 'DE'",
+        on=MergeOptions(
+            "id",
+            when_matched="ignore",
+            when_not_matched_by_source="delete",
+            scope="country = 'DE'",
+        ),
     )
     assert (result.rows_updated, result.rows_inserted, result.rows_deleted) == (0, 1, 4)
     ns.refresh()

@@ -190,6 +190,18 @@ def check(sql: str, schema: pa.Schema) -> None:
     _checked(sql, schema)
 
 
+@functools.lru_cache(maxsize=256)
+def filter_columns(sql: str, schema: pa.Schema) -> tuple[str, ...]:
+    """The columns of ``schema`` that the filter ``sql`` reads, in schema order (none for a
+    filter DataFusion finds constant); raises :class:`FilterError` as :func:`check` does."""
+    for node in _nodes(_checked(sql, schema).optimized):
+        variant = node.to_variant()
+        if type(variant).__name__ == "TableScan":
+            read = {name for _, name in variant.projection()}
+            return tuple(f.name for f in schema if f.name in read)
+    return ()
+
+
 _OTHER_TABLE = re.compile(r'No field named ("[^"]+"|[^\s."]+)\.(?=\S)')
 
 

@@ -308,8 +308,10 @@ def column_stats(array: pa.Array | pa.ChunkedArray, t: pa.DataType) -> ColumnSta
     if kind is None or rows == nulls + (nans or 0):
         return ColumnStats(nulls, True, nans, True)
     if kind in ("date", "timestamp", "time", "duration"):
-        found = pc.min_max(array)  # on the values, their ticks taken of the two results
         width = pa.int32() if t.bit_width == 32 else pa.int64()
+        if kind == "duration":  # Arrow has no min_max of durations: their ticks, a view
+            array = array.cast(width)
+        found = pc.min_max(array)  # on the values, their ticks taken of the two results
         low, high = (found[k].cast(width).as_py() for k in ("min", "max"))
         factor = 1 if kind == "date" else _NS[t.unit]
         if kind == "date" and pa.types.is_date64(t):  # milliseconds: whole days around them
@@ -333,15 +335,11 @@ def column_stats(array: pa.Array | pa.ChunkedArray, t: pa.DataType) -> ColumnSta
 
 def _float_stats(array: pa.Array | pa.ChunkedArray) -> ColumnStats:
     """The statistics of floating-point values without NULLs (NumPy, one pass each)."""
+    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+    if not chunks:
+        return ColumnStats(0, True, 0, True)
     values = (
-        np.concatenate(
-            [
-                c.to_numpy()
-                for c in (array.chunks if isinstance(array, pa.ChunkedArray) else [array])
-            ]
-        )
-        if isinstance(array, pa.ChunkedArray)
-        else array.to_numpy()
+        np.concatenate([c.to_numpy() for c in chunks]) if len(chunks) > 1 else chunks[0].to_numpy()
     )
     nan = np.isnan(values)
     nans = int(nan.sum())

@@ -30,7 +30,7 @@ from .commit import (
 )
 from .delete import delete_rows
 from .executor import TableExecutor
-from .merge import MergeOptions, merge_options, merge_rows
+from .merge import MergeOptions, merge_rows
 from .update import update_rows
 
 __all__ = [
@@ -44,7 +44,6 @@ __all__ = [
     "TableExecutor",
     "commit_outcomes",
     "delete_rows",
-    "merge_options",
     "merge_rows",
     "new_table_location",
     "update_rows",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from ..concurrency import parallel_map
 from ..errors import DuplicateKeyError, MergeKeyError, UnnamedPartitionError, WriteError
-from ..expr.filters import FilterLike, quote_ident, sql_literal
+from ..expr.filters import FilterLike, quote_ident, sql_literal, to_sql
 from ..expr.filters import check as check_filter
 from ..manifest.commit_summary import Operation
 from ..manifest.state import HasState, NamespaceState, state_of
@@ -39,33 +39,63 @@ WHEN_NOT_MATCHED_BY_SOURCE = ("keep", "delete")
 LOOKUP_IN_LIST_MAX = 2_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class MergeOptions:
-    """A merge's options: the key columns ``on`` (a name or names); what happens to an input
-    row whose key is stored (``when_matched``: ``update`` | ``ignore``), to one whose key is not
-    (``when_not_matched``: ``insert`` | ``ignore``) and to a stored row whose key is not in the
-    input (``when_not_matched_by_source``: ``keep`` | ``delete``); ``scope`` (SQL) limits the
-    stored rows such a delete may remove, ``confine`` (SQL) the stored rows the merge may change
-    or move. :func:`merge_options` checks them against a namespace; the Dagster IO manager reads
-    them from an asset's metadata (``lance/merge_on``, ``lance/merge_when_matched``, ...)."""
+    """How a merge goes: the one value every merge path takes (``merge_insert`` of a namespace
+    or a transaction, :func:`merge_rows`, Spark's ``merge_dataframe`` and
+    ``write_dataframe(mode="merge")``, the Dagster IO manager's merge output).
 
+    The key columns ``on`` (a name or names); what happens to an input row whose key is stored
+    (``when_matched``: ``update`` | ``ignore``), to one whose key is not (``when_not_matched``:
+    ``insert`` | ``ignore``) and to a stored row whose key is not in the input
+    (``when_not_matched_by_source``: ``keep`` | ``delete``); ``scope`` (a filter) limits the
+    stored rows such a delete may remove, ``confine`` (a filter) the stored rows the merge may
+    change or move -- both kept as SQL. Bad choices raise :class:`WriteError` here;
+    :meth:`checked` checks the columns and filters against a namespace. The Dagster IO manager
+    reads them from an asset's metadata (``lance/merge_on``, ``lance/merge_when_matched``,
+    ...). A frozen value rather than a builder: the same options go to the namespace, a
+    transaction, Spark's tasks (pickled) and the commit properties (:meth:`properties`)::
+
+        ns.merge_insert(updates, on="id")  # the defaults: update matches, insert the rest
+        ns.merge_insert(updates, MergeOptions("id", when_not_matched_by_source="delete"))"""
+
+    # set by __init__ (its defaults: update, insert, keep, no scope, no confine)
     on: tuple[str, ...]
-    when_matched: str = "update"
-    when_not_matched: str = "insert"
-    when_not_matched_by_source: str = "keep"
-    scope: str | None = None
-    confine: str | None = None
+    when_matched: str
+    when_not_matched: str
+    when_not_matched_by_source: str
+    scope: str | None
+    confine: str | None
 
-    def __post_init__(self) -> None:
-        on: Any = self.on
-        object.__setattr__(self, "on", (on,) if isinstance(on, str) else tuple(on))
-        for name, allowed in (
-            ("when_matched", WHEN_MATCHED),
-            ("when_not_matched", WHEN_NOT_MATCHED),
-            ("when_not_matched_by_source", WHEN_NOT_MATCHED_BY_SOURCE),
+    def __init__(
+        self,
+        on: str | Sequence[str],
+        when_matched: str = "update",
+        when_not_matched: str = "insert",
+        when_not_matched_by_source: str = "keep",
+        scope: FilterLike = None,
+        confine: FilterLike = None,
+    ) -> None:
+        for name, value, allowed in (
+            ("when_matched", when_matched, WHEN_MATCHED),
+            ("when_not_matched", when_not_matched, WHEN_NOT_MATCHED),
+            ("when_not_matched_by_source", when_not_matched_by_source, WHEN_NOT_MATCHED_BY_SOURCE),
         ):
-            if getattr(self, name) not in allowed:
-                raise WriteError(f"{name}={getattr(self, name)!r}: use one of {', '.join(allowed)}")
+            if value not in allowed:
+                raise WriteError(f"{name}={value!r}: use one of {', '.join(allowed)}")
+        init = object.__setattr__  # frozen
+        init(self, "on", (on,) if isinstance(on, str) else tuple(on))
+        init(self, "when_matched", when_matched)
+        init(self, "when_not_matched", when_not_matched)
+        init(self, "when_not_matched_by_source", when_not_matched_by_source)
+        init(self, "scope", to_sql(scope))  # blank: none
+        init(self, "confine", to_sql(confine))
+
+    @classmethod
+    def of(cls, on: str | Sequence[str] | MergeOptions) -> MergeOptions:
+        """``on`` itself when it is merge options, else a merge on the key column(s) ``on``
+        with the default options."""
+        return on if isinstance(on, MergeOptions) else cls(on)
 
     @property
     def update(self) -> bool:
@@ -93,51 +123,29 @@ class MergeOptions:
             **({"confine": self.confine} if self.confine else {}),
         }
 
-
-def merge_options(
-    ns: NamespaceState,
-    on: str | Sequence[str],
-    when_matched: str,
-    when_not_matched: str,
-    when_not_matched_by_source: str,
-    scope: FilterLike,
-    confine: FilterLike = None,
-) -> MergeOptions:
-    """Check a merge's options against ``ns`` (refreshed); raises naming what is wrong."""
-    keys = [on] if isinstance(on, str) else list(on)
-    for name, value, allowed in (
-        ("when_matched", when_matched, WHEN_MATCHED),
-        ("when_not_matched", when_not_matched, WHEN_NOT_MATCHED),
-        ("when_not_matched_by_source", when_not_matched_by_source, WHEN_NOT_MATCHED_BY_SOURCE),
-    ):
-        if value not in allowed:
-            raise WriteError(f"{name}={value!r}: use one of {', '.join(allowed)}")
-    ns.refresh()
-    plain = arrow_json.strip_field_ids(ns.schema_with_ids)
-    if not keys:
-        raise MergeKeyError("merge needs at least one key column in `on`", None)
-    if (unknown := first_unknown(plain, keys)) is not None:
-        raise MergeKeyError(
-            f"merge key {unknown!r} is not a column of the namespace "
-            f"(columns: {', '.join(plain.names)})",
-            unknown,
-        )
-    scope_sql = namespace_row_filter(ns, scope)
-    if scope_sql is not None and when_not_matched_by_source != "delete":
-        raise WriteError("scope only applies with when_not_matched_by_source='delete'")
-    if scope_sql is not None:
-        check_filter(scope_sql, ns.schema_with_ids)  # a bad scope fails here
-    confine_sql = namespace_row_filter(ns, confine)
-    if confine_sql is not None:
-        check_filter(confine_sql, ns.schema_with_ids)
-    return MergeOptions(
-        tuple(keys),
-        when_matched,
-        when_not_matched,
-        when_not_matched_by_source,
-        scope_sql,
-        confine_sql,
-    )
+    def checked(self, ns: NamespaceState) -> MergeOptions:
+        """These options checked against ``ns`` (refreshed), ``scope`` and ``confine`` as SQL
+        selecting exactly their rows there (partition field ids read as what they stand for);
+        raises naming what is wrong."""
+        ns.refresh()
+        plain = arrow_json.strip_field_ids(ns.schema_with_ids)
+        if not self.on:
+            raise MergeKeyError("merge needs at least one key column in `on`", None)
+        if (unknown := first_unknown(plain, list(self.on))) is not None:
+            raise MergeKeyError(
+                f"merge key {unknown!r} is not a column of the namespace "
+                f"(columns: {', '.join(plain.names)})",
+                unknown,
+            )
+        scope_sql = namespace_row_filter(ns, self.scope)
+        if scope_sql is not None and not self.by_source:
+            raise WriteError("scope only applies with when_not_matched_by_source='delete'")
+        if scope_sql is not None:
+            check_filter(scope_sql, ns.schema_with_ids)  # a bad scope fails here
+        confine_sql = namespace_row_filter(ns, self.confine)
+        if confine_sql is not None:
+            check_filter(confine_sql, ns.schema_with_ids)
+        return replace(self, scope=scope_sql, confine=confine_sql)
 
 
 def input_table(data: Any, ns: NamespaceState) -> pa.Table:
@@ -197,17 +205,13 @@ def check_keys(rows: pa.Table, on: list[str]) -> None:
 def merge_rows(
     ns: NamespaceState | HasState,
     data: Any,
-    on: str | Sequence[str],
+    options: MergeOptions,
     *,
-    when_matched: str = "update",
-    when_not_matched: str = "insert",
-    when_not_matched_by_source: str = "keep",
-    scope: FilterLike = None,
     commit_properties: Mapping[str, str] | None = None,
-    confine: FilterLike = None,
 ) -> RowChangeResult:
-    """Merge ``data`` into the namespace on the key columns ``on``, in one manifest commit
-    (``data`` is read whole into memory).
+    """Merge ``data`` into the namespace as ``options`` say (:class:`MergeOptions`: the key
+    columns ``on`` and what happens to matched, new and unmatched stored rows), in one
+    manifest commit (``data`` is read whole into memory).
 
     An input row whose key exists is a match: ``when_matched="update"`` replaces the stored
     row(s) with it, ``"ignore"`` keeps them. An unmatched row is inserted
@@ -236,9 +240,7 @@ def merge_rows(
     :class:`MergeKeyError`); nothing is changed then."""
     ns = state_of(ns)
     ns.require_unpinned("merge into it")
-    opts = merge_options(
-        ns, on, when_matched, when_not_matched, when_not_matched_by_source, scope, confine
-    )
+    opts = options.checked(ns)
     src = input_table(data, ns)
     check_keys(src, list(opts.on))
     executor = TableExecutor(ns.uri, ns.storage_options)

@@ -169,6 +169,38 @@ class IndexDeclaration:
             return 2 ** int(bits) if isinstance(bits, int) and 0 < bits <= 16 else 1
         return 1
 
+    def asks_for_same(self, other: IndexDeclaration) -> bool:
+        """Whether ``other`` asks for the same index: one column (by field id when both know
+        it), name, type, ``min_rows`` and parameters (a vector index's metric ``l2`` whether
+        given or not)."""
+        if self.field_id is not None and other.field_id is not None:
+            same_column = self.field_id == other.field_id
+        else:
+            same_column = self.column == other.column
+        return (
+            same_column
+            and self.name == other.name
+            and self.index_type == other.index_type
+            and self.min_rows == other.min_rows
+            and self._compared_params() == other._compared_params()
+        )
+
+    def _compared_params(self) -> dict[str, Any]:
+        params = dict(self.params)
+        if self.kind == "vector":
+            params["metric"] = self.metric
+        return params
+
+    def plain(self) -> dict[str, Any]:
+        """This declaration as a person reads it: column, index type, ``min_rows`` and
+        parameters."""
+        return {
+            "column": self.column,
+            "index_type": self.index_type,
+            "min_rows": self.min_rows,
+            "params": dict(self.params),
+        }
+
     def tokenizer(self) -> dict[str, Any]:
         """The tokenizer options of a full-text index (for tokenizing queries alike)."""
         return {k: v for k, v in self.params.items() if k in TOKENIZER_OPTIONS}

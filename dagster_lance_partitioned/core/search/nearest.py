@@ -1,15 +1,21 @@
 """Vector search across partitions: each searched table is answered by one named strategy,
 every one of which returns the same rows as the reference (:mod:`.exact`) for the rows it
 covers, and the candidates of all tables, each with its exact distance, are merged into one
-global top k.
+global top k (ties by plan order, then row id).
 
 - ``exact`` (:mod:`.exact`): every row read and measured; for ``use_index=False`` and tables
   Lance cannot search as they are.
-- ``in_memory``: rows measured from their vectors kept in the search session, screened by one
-  matrix product (:func:`.distances.nearest_rows`): tables without a vector index, the rows an
-  index does not cover (appended since it was built), the rows recorded as outliers of an
-  index (:mod:`.ivf`), and every matching row of an indexed table whose filter keeps at most
-  :data:`FEW_MATCHES` rows.
+- ``pooled`` (:mod:`.pooled`): the tables without a vector index on the column, ranked
+  together from one matrix of their vectors kept in the search session (one screening
+  product, :func:`.distances.nearest_rows`); a filter inside them is evaluated once over the
+  pool from the columns it reads, kept beside the vectors, and the rows returned come from
+  the pool's kept columns.
+- ``in_memory``: rows of an indexed table measured from their vectors kept in the session:
+  the rows its index does not cover (appended since it was built), the rows recorded as
+  outliers of the index (:mod:`.ivf`), and every matching row when the table's filter keeps
+  at most :data:`FEW_MATCHES` rows (found by Lance, with the table's scalar indexes; these
+  are gathered with the pooled tables' matching rows in one matrix per filter and ranked
+  with them).
 - ``routed``: a query over several tables with IVF indexes probes the ``probes`` clusters
   nearest it over all of their centroids (:func:`.ivf.route`); each table holding some is
   searched by Lance for its ``k * refine_factor`` best indexed rows by the index's distances,
@@ -32,19 +38,31 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..concurrency import serial_while_fast
+from ..expr.filters import filter_columns
 from ..manifest.state import NamespaceState
-from ..read.scan import scan_concurrency
+from ..read.scan import _guarded, scan_concurrency
+from ..schema.arrow_json import strip_field_ids
 from . import exact, vectors
 from .distances import Vectors, distance, matrix_of, nearest_of, nearest_rows
 from .ivf import DEFAULT_PROBES, ivf_of, route
 from .params import VectorParams, for_table
+from .pooled import (
+    Matched,
+    Pool,
+    each_table,
+    pool_of,
+    pooled_matches,
+    pooled_nearest,
+    pooled_rows,
+)
 from .session import SearchSession
 from .tables import (
     DISTANCE,
     SearchTable,
-    fetch_scored,
     for_each_table,
     matching_ids,
+    rows_by_id,
     take_rows,
 )
 
@@ -52,6 +70,7 @@ from .tables import (
 DEFAULT_REFINE = 10
 # an indexed table whose filter keeps at most this many rows has them measured exactly
 FEW_MATCHES = 8192
+_PLACE = "__dlp_place"  # while rows are merged: the plan position of their table
 
 
 @dataclass(frozen=True)
@@ -88,6 +107,9 @@ class VectorQuery:
     metric: str
     params: VectorParams
     strategies: dict[str, int] = field(default_factory=dict)  # tables answered by each
+    places: dict[int, int] = field(default_factory=dict)  # id(table) -> its place in the plan
+    # the pooled tables' nearest rows: pool, its tables, positions and each one's table
+    from_pool: tuple[Pool, Sequence[SearchTable], np.ndarray, np.ndarray] | None = None
 
     @property
     def refine(self) -> int:
@@ -117,14 +139,23 @@ class VectorQuery:
                 self.k,
                 self.metric,
             )
+        self.places = {id(t): i for i, t in enumerate(tables)}
         slow = [t for t in tables if not t.pushable]
         fast = [t for t in tables if t.pushable]
-        candidates: list[Candidates] = []
+        flat = [t for t in fast if t.index_on(self.column) is None]
+        few = [t for t in fast if t.index_on(self.column) is not None and self.few_matches(t)]
+        candidates = self.pooled(flat, few)
+        chosen = {id(t) for t in few}
+        searched = [t for t in fast if t.index_on(self.column) is not None and id(t) not in chosen]
+        # each table's IVF facts, read from its index statistics unless kept (milliseconds a
+        # table: two at a time)
+        each_table(self.state, searched, lambda t: ivf_of(self.session, t, self.column))
         indexed: list[_Indexed] = []
         for table in fast:
-            part = self.in_memory(table, candidates)
-            if part is not None:
-                indexed.append(part)
+            if table.index_on(self.column) is not None and not self.few_matches(table):
+                part = self.in_memory(table, candidates)
+                if part is not None:
+                    indexed.append(part)
         candidates.extend(self.indexed(indexed))
         found = [self.fetch(candidates)]
         if slow:
@@ -155,26 +186,108 @@ class VectorQuery:
         rows, dist = nearest_rows(kept, self.vector, self.k, self.metric)
         return Candidates(table, kept.row_ids[rows], dist)
 
+    def few_matches(self, table: SearchTable) -> bool:
+        """An indexed table whose filter keeps at most :data:`FEW_MATCHES` rows (found by
+        Lance with the table's scalar indexes): they are measured exactly."""
+        if table.lance_sql is None:
+            return False
+        return len(matching_ids(self.session, table)) <= FEW_MATCHES
+
+    def pooled(
+        self, tables: Sequence[SearchTable], few: Sequence[SearchTable] = ()
+    ) -> list[Candidates]:
+        """The candidates of the tables without a vector index, ranked together from their
+        pool (:mod:`.pooled`), and of the indexed tables ``few`` whose filter keeps few
+        rows: with a filter, the rows it keeps in all of them are gathered in one matrix,
+        kept per filter (:class:`.pooled.Matched`), and ranked at once."""
+        if not tables and not few:
+            return []
+        if tables:
+            self.strategies["pooled"] = len(tables)
+        if few:
+            self.strategies["in_memory"] = self.strategies.get("in_memory", 0) + len(few)
+        session, state = self.session, self.state
+        sql = next((t.sql for t in [*tables, *few] if t.sql is not None), None)
+        plain = strip_field_ids(self.schema)
+        also = [f.name for f in self.target if f.name != self.column]
+        if sql is not None and tables:
+            also.extend(filter_columns(sql, plain))
+        pool = pool_of(session, state, tables, self.column, also) if tables else None
+        if sql is None:
+            assert pool is not None  # indexed tables without a filter are not "few"
+            positions, dist = pooled_nearest(pool, self.vector, self.k, self.metric)
+            owners = pool.owners(positions)
+            self.from_pool = (pool, tables, positions, owners)
+            row_ids = pool.vectors.row_ids[positions]
+            return [
+                Candidates(tables[i], row_ids[owners == i], dist[owners == i])
+                for i in sorted(set(owners.tolist()))
+            ]
+
+        def gather() -> Matched:
+            parts = []
+            if pool is not None:
+                among = pooled_matches(session, state, pool, tables, sql, plain)
+                if among is None:  # its columns do not fit in the session: Lance finds them
+                    among = self.matches_by_table(pool, tables)
+                subset = Vectors(
+                    pool.vectors.matrix[among],
+                    pool.vectors.row_ids[among],
+                    pool.vectors.norms[among],
+                    pool.vectors.largest,
+                )
+                parts.append((subset, pool.owners(among), among))
+            for j, table in enumerate(few):
+                found = vectors.matching_vectors(table, self.column)
+                n = len(found.row_ids)
+                parts.append(
+                    (found, np.full(n, len(tables) + j, np.int64), np.full(n, -1, np.int64))
+                )
+            return Matched.of(parts, len(self.vector))
+
+        key = (
+            self.column,
+            sql,
+            None if pool is None else pool.key,
+            tuple(t.version_key for t in few),
+            tuple(t.lance_sql is not None for t in few),
+        )
+        matched = session.keep("matched", key, gather, lambda m: m.nbytes)
+        positions, dist = nearest_rows(matched.vectors, self.vector, self.k, self.metric)
+        owners = matched.tables[positions]
+        row_ids = matched.vectors.row_ids[positions]
+        in_pool = matched.in_pool[positions] >= 0
+        if pool is not None and in_pool.any():
+            self.from_pool = (
+                pool,
+                tables,
+                matched.in_pool[positions][in_pool],
+                owners[in_pool],
+            )
+        every = [*tables, *few]
+        return [
+            Candidates(every[i], row_ids[owners == i], dist[owners == i])
+            for i in sorted(set(owners.tolist()))
+        ]
+
+    def matches_by_table(self, pool: Pool, tables: Sequence[SearchTable]) -> np.ndarray:
+        """Positions among the pool's vector rows of the rows each table's filter keeps, as
+        Lance finds them in each table."""
+        keep = np.ones(pool.rows, dtype=bool)
+        for i, table in enumerate(tables):
+            if table.lance_sql is None:
+                continue
+            lo, hi = int(pool.starts[i]), int(pool.starts[i + 1])
+            keep[lo:hi] = np.isin(pool.row_ids[lo:hi], matching_ids(self.session, table))
+        return np.flatnonzero(keep[pool.valid]).astype(np.int64)
+
     def in_memory(self, table: SearchTable, out: list[Candidates]) -> _Indexed | None:
-        """What of ``table`` is measured from kept vectors (added to ``out``); the part left
-        to its index, if any."""
+        """What of an indexed ``table`` is measured from kept vectors (added to ``out``); the
+        part left to its index, if any."""
         session, column = self.session, self.column
         filtered = table.lance_sql is not None
-        found = table.index_on(table.sources.get(column) or column)
-        if found is None:
-            self._count("in_memory")
-            kept = vectors.all_vectors(session, table, column)
-            if filtered:
-                kept = vectors.filtered_vectors(session, table, column, kept, "all")
-            out.append(self._ranked(table, kept))
-            return None
-        if filtered and len(matching_ids(session, table)) <= FEW_MATCHES:
-            self._count("in_memory")
-            ids = matching_ids(session, table)
-            out.append(
-                self._ranked(table, vectors.rows_vectors(session, table, column, ids, "filtered"))
-            )
-            return None
+        found = table.index_on(column)
+        assert found is not None  # tables without an index are pooled
         _, description = found
         rest = vectors.unindexed_vectors(session, table, column, description)
         ivf = ivf_of(session, table, column)
@@ -309,28 +422,81 @@ class VectorQuery:
         return Candidates(table, ids, found.column(DISTANCE).to_numpy().astype(np.float32))
 
     def fetch(self, candidates: Sequence[Candidates]) -> pa.Table:
-        """The rows of the ``k`` nearest candidates (a row found twice counted once) in the
-        target's columns, with their distances."""
-        by_table: dict[int, list[Candidates]] = {}
-        for c in candidates:
-            if len(c.row_ids):
-                by_table.setdefault(id(c.table), []).append(c)
-        merged = []
-        for parts in by_table.values():
-            ids = np.concatenate([p.row_ids for p in parts])
-            dist = np.concatenate([p.distances for p in parts])
-            order = np.lexsort((ids, dist))
-            ids, dist = ids[order], dist[order]
-            _, first = np.unique(ids, return_index=True)
-            first = np.sort(first)
-            merged.append(Candidates(parts[0].table, ids[first], dist[first]))
-        picked = [
-            (merged[i].table, merged[i].row_ids[rows], merged[i].distances[rows])
-            for i, rows in nearest_of([m.distances for m in merged], self.k).items()
-        ]
+        """The rows of the ``k`` nearest candidates (a row found twice counted once; ties by
+        table, then row id) in the target's columns, with their distances: the pooled
+        tables' rows from the pool's kept columns, the others' read by row id."""
+        parts = [c for c in candidates if len(c.row_ids)]
+        out_schema = self.target.append(pa.field(DISTANCE, pa.float32()))
+        if not parts:
+            return out_schema.empty_table()
+        place = np.concatenate(
+            [np.full(len(c.row_ids), self.places[id(c.table)], np.int64) for c in parts]
+        )
+        ids = np.concatenate([c.row_ids for c in parts]).astype(np.uint64)
+        dist = np.concatenate([c.distances for c in parts]).astype(np.float32)
+        order = np.lexsort((ids, place, dist))
+        place, ids, dist = place[order], ids[order], dist[order]
+        first = np.ones(len(ids), dtype=bool)  # a row's nearest sighting
+        seen = np.lexsort((ids, place))
+        same = (place[seen][1:] == place[seen][:-1]) & (ids[seen][1:] == ids[seen][:-1])
+        first[seen[1:][same]] = False
+        place, ids, dist = place[first][: self.k], ids[first][: self.k], dist[first][: self.k]
+        tables = {self.places[id(c.table)]: c.table for c in parts}
+        found = []
+        pooled = self.rows_from_pool(place, ids, dist)
+        if pooled is not None:
+            found.append(pooled[0])
+            rest = ~pooled[1]
+            place, ids, dist = place[rest], ids[rest], dist[rest]
+
+        def read(p: int) -> pa.Table:
+            mine = place == p
+            rows = rows_by_id(tables[p], ids[mine].tolist(), self.schema, self.target)
+            by_id = dict(zip(ids[mine].tolist(), dist[mine].tolist(), strict=True))
+            got = rows.column("_rowid").to_pylist()
+            rows = rows.append_column(DISTANCE, pa.array([by_id[r] for r in got], pa.float32()))
+            return rows.append_column(_PLACE, pa.array(np.full(len(got), p, np.int64)))
+
         threads = scan_concurrency(self.state.uri)
-        found = fetch_scored(picked, DISTANCE, self.schema, self.target, threads)
-        return exact.merged(found, self.target, self.k)
+        places = sorted(set(place.tolist()))
+        found.extend(
+            serial_while_fast(lambda p: _guarded(tables[p].task, lambda: read(p)), places, threads)
+        )
+        together = pa.concat_tables(found)
+        order = np.lexsort(
+            (
+                together.column("_rowid").to_numpy(),
+                together.column(_PLACE).to_numpy(),
+                together.column(DISTANCE).to_numpy(),
+            )
+        )[: self.k]
+        return together.take(pa.array(order)).select([*self.target.names, DISTANCE])
+
+    def rows_from_pool(
+        self, place: np.ndarray, ids: np.ndarray, dist: np.ndarray
+    ) -> tuple[pa.Table, np.ndarray] | None:
+        """The picked rows (``place``: plan position of their table) that came from the
+        pool, read from its kept columns, and which of the picked they are (None: none, or
+        the session cannot keep a column they need)."""
+        if self.from_pool is None:
+            return None
+        pool, tables, positions, owners = self.from_pool
+        at = {
+            (self.places[id(tables[o])], int(r)): int(p)
+            for o, r, p in zip(owners, pool.vectors.row_ids[positions], positions, strict=True)
+        }
+        mine = np.array([(int(p), int(r)) in at for p, r in zip(place, ids, strict=True)], bool)
+        if not mine.any():
+            return None
+        wanted = np.array(
+            [at[(int(p), int(r))] for p, r in zip(place[mine], ids[mine], strict=True)]
+        )
+        rows = pooled_rows(self.session, self.state, pool, tables, wanted, self.target, self.column)
+        if rows is None:
+            return None
+        rows = rows.append_column("_rowid", pa.array(ids[mine], pa.uint64()))
+        rows = rows.append_column(DISTANCE, pa.array(dist[mine], pa.float32()))
+        return rows.append_column(_PLACE, pa.array(place[mine], pa.int64())), mine
 
 
 @dataclass(frozen=True)

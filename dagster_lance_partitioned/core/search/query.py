@@ -18,7 +18,7 @@ import pyarrow as pa
 from ..errors import SearchQueryError
 from ..expr.filters import FilterLike
 from ..manifest.state import HasState, NamespaceState, state_of
-from ..read.planning import ScanTask, plan_namespace
+from ..read.planning import plan_namespace
 from ..read.scan import read_schema
 from ..schema.arrow_json import strip_field_ids
 from .catalog import declared
@@ -33,7 +33,7 @@ from .params import (
     vector_params,
 )
 from .session import SearchSession, default_session
-from .tables import DISTANCE, SearchTable, for_each_task, open_for_search
+from .tables import DISTANCE, Opener, for_each_task
 from .text import search_text
 
 
@@ -88,10 +88,7 @@ def search(
     plan = plan_namespace(state, filter)
     opts = state.storage_options
 
-    def opened(task: ScanTask) -> SearchTable:
-        return open_for_search(session, task, schema, plan.residual_filter, opts)
-
-    tables = for_each_task(state, plan.tasks, opened)
+    tables = for_each_task(state, plan.tasks, Opener(session, schema, plan.residual_filter, opts))
     # no more rows asked for than the tables hold
     k = max(1, min(k, sum(t.rows for t in tables)))
     if not tables:

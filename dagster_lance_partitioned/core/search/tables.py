@@ -41,16 +41,12 @@ class SearchTable:
     lance_sql: str | None
     rows: int
     indexes: dict[str, Any] = field(default_factory=dict)
+    version_key: tuple[str, int] = ("", 0)  # what names this table version in a session
 
     @property
     def pushable(self) -> bool:
         """Lance can search this table with the filter inside it."""
         return self.native and (self.sql is None or self.lance_sql is not None)
-
-    @property
-    def version_key(self) -> tuple[str, int]:
-        """What names this table version among everything a session keeps."""
-        return (self.ds.uri, int(self.ds.version))
 
     def index_on(self, column: str, kinds: tuple[str, ...] = ()) -> tuple[str, Any] | None:
         """The one index on the table's ``column`` (name, description; of an index type
@@ -69,29 +65,67 @@ def describe(ds: lance.LanceDataset) -> tuple[int, dict[str, Any]]:
     return ds.count_rows(), {d.name: d for d in ds.describe_indices()}
 
 
-def open_for_search(
-    session: SearchSession,
-    task: ScanTask,
-    schema: pa.Schema,
-    residual: str | None,
-    opts: dict[str, str] | None,
-) -> SearchTable:
-    """``task``'s table opened for a search under the plan's ``residual`` filter (what is
-    learnt of a pinned version kept in ``session``)."""
-    ds = open_table(task, opts)
-    sql = None if task.filter_implied else residual
-    sources, native = _layout(ds.schema, schema)
-    if task.read_version is None:
-        rows, indexes = describe(ds)
-    else:
-        key = (ds.uri, int(ds.version))
-        rows, indexes = session.keep(
-            "table", key, lambda: describe(ds), lambda d: 512 * (1 + len(d[1]))
+@dataclass(frozen=True)
+class _Facts:
+    """What a search learns of a table version on opening it, for one namespace schema."""
+
+    sources: dict[str, str | None]
+    native: bool
+    rows: int
+    indexes: dict[str, Any]
+
+
+class Opener:
+    """Opens the tables of one query under the plan's ``residual`` filter (what is learnt of
+    a pinned version kept in ``session``, per namespace schema); what depends only on the
+    query is worked out once, not once per table."""
+
+    def __init__(
+        self,
+        session: SearchSession,
+        schema: pa.Schema,
+        residual: str | None,
+        opts: dict[str, str] | None,
+    ) -> None:
+        self.session = session
+        self.schema = schema
+        self.residual = residual
+        self.opts = opts
+        plain = strip_field_ids(schema)
+        self.lance_residual = lance_filter(residual, plain)
+        # the schema as text, field ids included: a table version's layout is judged per schema
+        self.token = schema.to_string(show_field_metadata=True, show_schema_metadata=False)
+
+    def __call__(self, task: ScanTask) -> SearchTable:
+        """``task``'s table, opened for the search."""
+        ds = open_table(task, self.opts)
+        version = task.read_version if task.read_version is not None else int(ds.version)
+        key = (task.uri, int(version))
+
+        def learn() -> _Facts:
+            sources, native = _layout(ds.schema, self.schema)
+            rows, indexes = describe(ds)
+            return _Facts(dict(sources), native, rows, indexes)
+
+        if task.read_version is None:
+            facts = learn()
+        else:
+            facts = self.session.keep(
+                "table", (*key, self.token), learn, lambda f: 512 * (1 + len(f.indexes))
+            )
+        sql = None if task.filter_implied else self.residual
+        lance_sql = None if sql is None else self.lance_residual
+        return SearchTable(
+            task,
+            ds,
+            facts.sources,
+            facts.native,
+            sql,
+            lance_sql,
+            facts.rows,
+            facts.indexes,
+            key,
         )
-    plain = strip_field_ids(schema)
-    return SearchTable(
-        task, ds, dict(sources), native, sql, lance_filter(sql, plain), rows, indexes
-    )
 
 
 def for_each_task(
@@ -134,9 +168,11 @@ def rows_by_id(
     table: SearchTable, row_ids: Sequence[int], schema: pa.Schema, wanted: pa.Schema
 ) -> pa.Table:
     """The rows ``row_ids`` of a searched table in the namespace's ``wanted`` columns (in the
-    order given), then those the search filter keeps (``_rowid`` kept as a column)."""
+    order given), then those the search filter keeps when Lance could not apply it where they
+    were found (``_rowid`` kept as a column)."""
     plain = strip_field_ids(schema)
-    need = plain if table.sql else wanted
+    refilter = bool(table.sql) and table.lance_sql is None
+    need = plain if refilter else wanted
     present = [src for f in need if (src := table.sources.get(f.name)) is not None]
     ids = [int(i) for i in row_ids]
     if present:
@@ -146,7 +182,8 @@ def rows_by_id(
     out = conform_for_read(raw, need, table.task.object_id, table.sources)
     out = fill_constants(out, table.task.constants, need)
     out = out.append_column("_rowid", pa.array(ids, pa.uint64()))
-    if table.sql:
+    if refilter:
+        assert table.sql is not None
         out = _filtered(out, table.sql, out.schema)
     return out.select([*wanted.names, "_rowid"])
 

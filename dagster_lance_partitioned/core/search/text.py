@@ -30,7 +30,7 @@ from ..read.scan import scan_concurrency
 from .bm25 import TableTerms, corpus_of, read_terms
 from .declaration import IndexDeclaration
 from .session import SearchSession
-from .tables import SCORE, SearchTable, fetch_scored, for_each_task, matching_ids, open_for_search
+from .tables import SCORE, Opener, SearchTable, fetch_scored, for_each_task, matching_ids
 
 
 def tokens(query: str, decl: IndexDeclaration) -> list[str]:
@@ -76,15 +76,15 @@ def search_text(
     plan = plan_namespace(state, filter)
     whole = plan_namespace(state, None) if filter is not None else plan
 
+    unfiltered = Opener(session, schema, None, opts)
+
     def every_table(task: ScanTask) -> tuple[tuple[str, int], TableTerms | None]:
-        table = open_for_search(session, task, schema, None, opts)
+        table = unfiltered(task)
         return table.version_key, table_terms(session, table, decl)
 
     terms = dict(for_each_task(state, whole.tasks, every_table))
     corpus = corpus_of([t for t in terms.values() if t is not None], words)
-    searched = for_each_task(
-        state, plan.tasks, lambda t: open_for_search(session, t, schema, plan.residual_filter, opts)
-    )
+    searched = for_each_task(state, plan.tasks, Opener(session, schema, plan.residual_filter, opts))
     owners, ids_parts, score_parts = [], [], []
     for i, table in enumerate(searched):
         found = terms.get(table.version_key)

@@ -1,8 +1,9 @@
-"""Vectors of partition table versions read for exact search and kept in the search session:
-every row of a table without a vector index, the rows an index does not cover (appended since
-it was built), the rows recorded as outliers of an index (see :mod:`.ivf`), and the rows a
-filter keeps. A table version never changes, so what was read of it stays true; a filter's
-rows are kept per (table version, filter)."""
+"""Vectors of indexed partition table versions read for exact search and kept in the search
+session: the rows an index does not cover (appended since it was built), the rows recorded
+as outliers of an index (see :mod:`.ivf`), the rows a filter keeps, and every row of a table
+whose index finds fewer than k (tables without an index are read into pools:
+:mod:`.pooled`). A table version never changes, so what was read of it stays true; a
+filter's rows are kept per (table version, filter)."""
 
 from __future__ import annotations
 
@@ -48,13 +49,18 @@ def unindexed_vectors(
 ) -> Vectors | None:
     """The vectors of the rows the index ``description`` does not cover (None: it covers
     every fragment)."""
-    covered = {int(i) for s in description.segments for i in s.fragment_ids}
-    rest = [f.fragment_id for f in table.ds.get_fragments() if f.fragment_id not in covered]
-    if not rest:
-        return None
     name = _source(table, column)
+
+    def read() -> tuple[Vectors | None]:
+        covered = {int(i) for s in description.segments for i in s.fragment_ids}
+        rest = [f.fragment_id for f in table.ds.get_fragments() if f.fragment_id not in covered]
+        return (_read(table.ds, name, rest) if rest else None,)
+
+    def weight(found: tuple[Vectors | None]) -> int:
+        return 0 if found[0] is None else found[0].nbytes
+
     key = (*table.version_key, name, description.name)
-    return session.keep("unindexed", key, lambda: _read(table.ds, name, rest), _nbytes)
+    return session.keep("unindexed", key, read, weight)[0]
 
 
 def rows_vectors(
@@ -62,18 +68,37 @@ def rows_vectors(
 ) -> Vectors:
     """The vectors of the rows ``row_ids`` (ascending) of the table, kept as ``kind``."""
     name = _source(table, column)
+    key = (*table.version_key, name, row_ids.tobytes())
+    return session.keep(kind, key, lambda: read_rows(table, column, row_ids), _nbytes)
+
+
+def matching_vectors(table: SearchTable, column: str) -> Vectors:
+    """The vectors of the rows the table's filter keeps (Lance evaluates it, with the table's
+    scalar indexes), by row id, read now: one filtered scan (a take of the same rows by id
+    took half as long again on a table of 180,000 rows)."""
+    name = _source(table, column)
     dimension = vector_dimension(table.ds.schema.field(name).type) or 1
+    found = table.ds.to_table(
+        columns=[name],
+        with_row_id=True,
+        filter=f"({table.lance_sql}) AND {quoted(name)} IS NOT NULL",
+    )
+    row_ids = found.column("_rowid").to_numpy()
+    order = np.argsort(row_ids, kind="stable")  # ties broken by row id, as merged results are
+    return Vectors.of(matrix_of(found.column(name), dimension)[order], row_ids[order])
 
-    def read() -> Vectors:
-        if not len(row_ids):
-            return Vectors.of(np.zeros((0, dimension), np.float32), row_ids)
-        taken = take_rows(table.ds, row_ids.tolist(), [name])
-        values = taken.column(name)
-        valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        matrix = matrix_of(values.filter(values.is_valid()), dimension)
-        return Vectors.of(matrix, row_ids[valid])
 
-    return session.keep(kind, (*table.version_key, name, row_ids.tobytes()), read, _nbytes)
+def read_rows(table: SearchTable, column: str, row_ids: np.ndarray) -> Vectors:
+    """The vectors of the rows ``row_ids`` (ascending) of the table that have one, read now."""
+    name = _source(table, column)
+    dimension = vector_dimension(table.ds.schema.field(name).type) or 1
+    if not len(row_ids):
+        return Vectors.of(np.zeros((0, dimension), np.float32), row_ids)
+    taken = take_rows(table.ds, row_ids.tolist(), [name])
+    values = taken.column(name)
+    valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    matrix = matrix_of(values.filter(values.is_valid()), dimension)
+    return Vectors.of(matrix, row_ids[valid])
 
 
 def filtered_vectors(

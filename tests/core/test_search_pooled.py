@@ -1,0 +1,181 @@
+"""Tables without a vector index are searched as one pool (``core/search/pooled.py``): their
+vectors in one matrix, the columns a filter reads and a search returns kept beside it, in
+the search session. Every answer equals the reference path (``use_index=False``, every row
+of every table read and measured) and brute force over ``ns.to_table()``, whatever the
+filter, metric, ``k``, session budget, null vectors, deleted rows or ties between tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from helpers.search import SCHEMA, brute_force, make_ns, make_rows
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dagster_lance_partitioned.core.search.session import SearchSession
+
+DIM = 16
+TENANTS = ("a", "b", "c", "d", "e")
+VALUES = make_rows(900, seed=61, tenants=TENANTS, weights=None)["v"].combine_chunks()
+VALUES = VALUES.values.to_numpy().reshape(-1, DIM).copy()
+
+
+def pooled_rows() -> pa.Table:
+    """900 rows in 15 small partitions (tenant x day); some vectors null, some equal to
+    another partition's (ties between tables)."""
+    table = make_rows(900, seed=61, tenants=TENANTS, weights=None)
+    values = VALUES.copy()
+    values[450:500] = values[0:50]  # twins in other partitions
+    valid = np.ones(len(values), dtype=bool)
+    valid[::37] = False
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), DIM)
+    vectors = pc.if_else(pa.array(valid), vectors, pa.scalar(None, vectors.type))
+    return table.set_column(SCHEMA.get_field_index("v"), "v", vectors)
+
+
+@pytest.fixture(scope="module")
+def pooled_ns(tmp_path_factory):
+    """The rows above, with rows deleted from two partitions (row ids no longer dense)."""
+    ns = make_ns(tmp_path_factory.mktemp("pooled") / "ns", pooled_rows())
+    ns.delete("n % 11 = 3 AND tenant IN ('a', 'c')")
+    return ns
+
+
+FILTERS = [
+    None,
+    "n < 300",
+    "n >= 100 AND n < 700",
+    "tenant = 'b'",
+    "tenant IN ('a', 'e') AND n % 3 = 0",
+    "n < 500 OR tenant = 'c'",
+    "txt LIKE 't1x%'",
+    "n = -1",  # nothing matches
+    "v IS NULL",  # only rows without a vector: nothing to rank
+]
+
+
+def reference(ns, q, k, metric, sql):
+    """Brute force over the rows ``ns.to_table`` returns for the filter."""
+    rows = ns.to_table(filter=sql)
+    return brute_force(rows, np.asarray(q, np.float64), k, metric)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 2**16),
+    k=st.sampled_from([1, 3, 10, 60]),
+    metric=st.sampled_from(["l2", "cosine", "dot"]),
+    sql=st.sampled_from(FILTERS),
+    budget=st.sampled_from([0, 30_000, None]),
+    near_a_row=st.booleans(),
+)
+def test_the_pool_answers_as_the_reference_path(
+    pooled_ns, seed, k, metric, sql, budget, near_a_row
+):
+    rng = np.random.default_rng(seed)
+    if near_a_row:  # at a stored vector: ties between the twins of two partitions
+        q = VALUES[int(rng.integers(0, 50))].copy()
+    else:
+        q = rng.normal(size=DIM).astype(np.float32)
+    session = SearchSession(budget)
+    for _ in range(2):  # read, then from what the session kept
+        got = pooled_ns.search(q, k=k, filter=sql, metric=metric, session=session)
+        want = pooled_ns.search(q, k=k, filter=sql, metric=metric, use_index=False)
+        assert got.equals(want), (got.to_pydict(), want.to_pydict())
+        ids, dist = reference(pooled_ns, q, k, metric, sql)
+        assert got.column("id").to_pylist() == ids or _tied(got, dist)
+        np.testing.assert_allclose(got.column("_distance").to_numpy(), dist, rtol=1e-4, atol=1e-4)
+    if budget is not None:
+        assert session.size_bytes() <= budget
+
+
+def _tied(got: pa.Table, dist: np.ndarray) -> bool:
+    """Brute force in float64 may order rows at equal float32 distances otherwise."""
+    mine = got.column("_distance").to_numpy()
+    return len(mine) == len(dist) and bool(np.allclose(mine, dist, rtol=1e-5, atol=1e-6))
+
+
+def test_small_tables_are_kept_as_one_pool_and_a_new_filter_reads_no_table(pooled_ns):
+    session = SearchSession()
+    q = np.random.default_rng(3).normal(size=DIM)
+    pooled_ns.search(q, k=5, columns=["id"], filter="n < 100", session=session)
+    report = session.report()
+    assert report["pooled"].entries == 1  # the 15 tables' vectors in one matrix
+    # the column the filter reads and the column returned, kept beside it (one entry each)
+    assert report["pooled column"].entries == 2
+    assert "vectors" not in report  # nothing kept table by table
+    for bound in (200, 300, 400):
+        got = pooled_ns.search(q, k=5, columns=["id"], filter=f"n < {bound}", session=session)
+        ids, _ = reference(pooled_ns, q, 5, "l2", f"n < {bound}")
+        assert got.column("id").to_pylist() == ids
+    report = session.report()
+    assert report["pooled column"].entries == 2  # the same columns: nothing read again
+    assert report["pooled matches"].entries == 4  # one per filter
+
+
+def test_returned_columns_come_from_the_pool_as_they_are_stored(pooled_ns):
+    session = SearchSession()
+    q = np.random.default_rng(4).normal(size=DIM)
+    for _ in range(2):
+        got = pooled_ns.search(q, k=8, session=session)  # every column, the vector too
+        want = pooled_ns.search(q, k=8, use_index=False)
+        assert got.equals(want)
+        assert got.schema.equals(want.schema)
+    stored = pooled_ns.to_table()
+    by_id = {i: r for i, r in zip(stored["id"].to_pylist(), stored.to_pylist(), strict=True)}
+    for row in got.to_pylist():
+        assert {n: v for n, v in row.items() if n != "_distance"} == by_id[row["id"]]
+
+
+def test_a_table_version_changed_gives_a_new_pool(tmp_path):
+    ns = make_ns(tmp_path / "ns", make_rows(600, seed=62, tenants=TENANTS, weights=None))
+    session = SearchSession()
+    q = np.random.default_rng(5).normal(size=DIM).astype(np.float32)
+    ns.search(q, k=3, session=session)
+    twin = make_rows(1, seed=63, start=10_000, tenants=("a",), weights=None)
+    twin = twin.set_column(
+        SCHEMA.get_field_index("v"), "v", pa.array([q.tolist()], SCHEMA.field("v").type)
+    )
+    ns.write(twin, mode="append")
+    got = ns.search(q, k=3, columns=["id"], session=session)
+    assert got.column("id")[0].as_py() == 10_000
+    assert got.column("_distance")[0].as_py() == 0.0
+
+
+@pytest.fixture(scope="module")
+def mixed_ns(tmp_path_factory):
+    """Partitions of 25-500 rows, the larger ones with an IVF_FLAT index: a filter's rows in
+    the indexed ones are gathered with the pooled tables' (few matches each)."""
+    rows = make_rows(3000, seed=64)  # tenants a..d weighted 0.5 / 0.3 / 0.15 / 0.05, 3 days
+    ns = make_ns(tmp_path_factory.mktemp("mixed") / "ns", rows)
+    ns.create_index("v", "IVF_FLAT", min_rows=200, num_partitions=2)
+    (cov,) = ns.indexes()
+    assert 0 < cov.partitions_indexed < cov.partitions_total
+    return ns
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 2**16),
+    k=st.sampled_from([1, 5, 40]),
+    metric=st.sampled_from(["l2", "cosine", "dot"]),
+    sql=st.sampled_from([f for f in FILTERS if f is not None and f != "tenant = 'b'"]),
+    budget=st.sampled_from([0, None]),
+)
+def test_a_filters_rows_in_indexed_and_pooled_tables_rank_as_the_reference(
+    mixed_ns, seed, k, metric, sql, budget
+):
+    q = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
+    session = SearchSession(budget)
+    for _ in range(2):
+        got = mixed_ns.search(q, k=k, filter=sql, metric=metric, session=session)
+        want = mixed_ns.search(q, k=k, filter=sql, metric=metric, use_index=False)
+        assert got.equals(want), (got.to_pydict(), want.to_pydict())
+    if budget is None and got.num_rows:
+        assert "matched" in session.report()
