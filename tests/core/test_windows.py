@@ -1,4 +1,5 @@
-"""Calendar time windows (``core/partitioning/windows.py``) checked against Dagster's own partitions.
+"""Calendar time windows (``core/partitioning/windows.py``) checked against Dagster's own
+partitions.
 
 * Round trip: for hourly, daily, weekly and monthly Dagster definitions (zones UTC,
   America/New_York, Asia/Kolkata, Australia/Lord_Howe; hour/minute/day offsets; date, naive and

@@ -40,7 +40,7 @@ def pin_of(entry: TableEntry) -> Pin:
     return Pin(rv, entry.read_branch, entry.read_tag)
 
 
-class Registered(Protocol):
+class PinnedTable(Protocol):
     """A registered table as a scan plan lists it (a :class:`~..read.planning.ScanTask`)."""
 
     @property
@@ -77,7 +77,7 @@ class TableVersion:
     @classmethod
     def of_task(
         cls,
-        task: Registered,
+        task: PinnedTable,
         version: int,
         rows: int | None = None,
         changed: bool = True,

@@ -271,8 +271,8 @@ class PartitionField:
         source_type: pa.DataType,
         field_id: str | None = None,
     ) -> PartitionField:
-        """Partition by the start of the calendar window (``core.partitioning.windows``) holding ``column``
-        (of type ``source_type``); field id default ``<column>_<unit>``."""
+        """Partition by the start of the calendar window (``core.partitioning.windows``)
+        holding ``column`` (of type ``source_type``); field id default ``<column>_<unit>``."""
         return cls.expression(
             [column],
             window.expression(source_type),
