@@ -8,8 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..core.partitioning.describe import field_summary, window_of
-from ..core.partitioning.partition_spec import PartitionSpec, SpecField, source_names, source_types
+from ..core import PartitionSpec, SpecField
+from ..core.engine import field_summary, source_names, source_types, window_of
 
 
 def field_doc(f: SpecField, schema: pa.Schema) -> dict[str, Any]:

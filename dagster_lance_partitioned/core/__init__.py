@@ -66,7 +66,8 @@ from .row_changes.merge import MergeOptions
 from .search.catalog import IndexCoverage, IndexResult
 from .search.session import SearchSession
 from .transaction import Transaction, TransactionResult
-from .write import PartitionWrite, WriteMode, WriteResult
+from .write.mode import WriteMode
+from .write.result import PartitionWrite, WriteResult
 
 __all__ = [
     "Changes",

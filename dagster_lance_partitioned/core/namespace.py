@@ -42,10 +42,12 @@ from .read.scan import TABLE_BATCH_ROWS, count_plan_rows, scan_reader
 from .schema import arrow_json
 from .schema.namespace_schema import check_columns
 from .schema.namespace_schema import snapshot_schema as snapshot_schema  # re-exported
-from .write import WriteMode, WriteResult
+from .write.mode import WriteMode
+from .write.result import WriteResult
 
 if TYPE_CHECKING:
-    from .row_changes import MergeOptions, RowChangeResult
+    from .row_changes.change import RowChangeResult
+    from .row_changes.merge import MergeOptions
     from .search.catalog import IndexCoverage, IndexResult
     from .search.session import SearchSession
     from .transaction import Transaction
@@ -441,7 +443,7 @@ class PartitionedNamespace:
     ) -> RowChangeResult:
         """Delete the rows matching ``filter`` in one manifest commit (partitions left empty
         are deregistered; see :func:`~.row_changes.delete_rows`)."""
-        from .row_changes import delete_rows
+        from .row_changes.delete import delete_rows
 
         return delete_rows(self, filter, commit_properties=commit_properties)
 
@@ -456,7 +458,7 @@ class PartitionedNamespace:
         """Set columns (``set``: column -> SQL expression) of the rows matching ``filter`` in
         one manifest commit; rows whose partition changes move (see
         :func:`~.row_changes.update_rows`)."""
-        from .row_changes import update_rows
+        from .row_changes.update import update_rows
 
         return update_rows(self, filter, set, commit_properties=commit_properties)
 

@@ -67,10 +67,13 @@ from .partitioning.partition_spec import (
     specs_from_metadata,
 )
 from .schema.namespace_schema import full_schema, live_schema
-from .write import PartitionWriter, WriteMode, WriteResult
+from .write.mode import WriteMode
+from .write.result import WriteResult
+from .write.writer import PartitionWriter
 
 if TYPE_CHECKING:
-    from .row_changes import MergeOptions, RowChangeResult
+    from .row_changes.change import RowChangeResult
+    from .row_changes.merge import MergeOptions
 
 
 @dataclass(frozen=True)
@@ -247,7 +250,7 @@ class Transaction:
         self, filter: FilterLike, *, commit_properties: dict[str, str] | None = None
     ) -> None:
         """Delete the rows matching ``filter`` as ``PartitionedNamespace.delete`` does."""
-        from .row_changes import delete_rows
+        from .row_changes.delete import delete_rows
 
         def run(state: NamespaceState, props: dict[str, str]) -> RowChangeResult:
             return delete_rows(
@@ -265,7 +268,7 @@ class Transaction:
     ) -> None:
         """Set columns of the rows matching ``filter`` as ``PartitionedNamespace.update``
         does."""
-        from .row_changes import update_rows
+        from .row_changes.update import update_rows
 
         def run(state: NamespaceState, props: dict[str, str]) -> RowChangeResult:
             return update_rows(

@@ -25,15 +25,14 @@ from dagster_lance_partitioned import (
 )
 from dagster_lance_partitioned.core.errors import StorageError
 from dagster_lance_partitioned.core.ops.groups import Inspect, Maintenance
-from dagster_lance_partitioned.core.write import (
-    COMMITS,
-    WRITE_MODES,
-    AppendCommit,
+from dagster_lance_partitioned.core.write.append import AppendCommit
+from dagster_lance_partitioned.core.write.mode import WRITE_MODES, check_mode
+from dagster_lance_partitioned.core.write.overwrite import (
     OverwriteCommit,
     OverwritePartitionsCommit,
-    check_mode,
 )
 from dagster_lance_partitioned.core.write.staged import StagedWrite
+from dagster_lance_partitioned.core.write.writer import COMMITS
 
 MODES: tuple[WriteMode, ...] = ("append", "overwrite_partitions", "overwrite")
 

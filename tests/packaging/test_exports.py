@@ -252,7 +252,7 @@ def test_one_definition_per_public_class_name():
 
 
 def test_merge_options_are_the_cores():
-    from dagster_lance_partitioned.core.row_changes import MergeOptions
+    from dagster_lance_partitioned.core.row_changes.merge import MergeOptions
 
     assert orchestration.MergeOptions is MergeOptions
     assert top.MergeOptions is MergeOptions and core.MergeOptions is MergeOptions

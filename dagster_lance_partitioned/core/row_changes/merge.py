@@ -24,7 +24,7 @@ from ..read.planning import ScanTask
 from ..schema import arrow_json
 from ..schema.conform import check_write_schema, conform_for_write, table_write_schema
 from ..schema.namespace_schema import dropped_names, full_schema
-from ..write import as_reader
+from ..write.ingest import as_reader
 from . import keys as K
 from .change import RowChangeResult
 from .commit import run
