@@ -832,7 +832,7 @@ def _delete_keys(loc: ObjectLocation, uri: str, keys: list[str]) -> None:
     """Delete ``keys`` in batches, a few batches at a time; keys already gone are no error
     (a batch a store refuses for a missing key -- Azure, GCS -- is deleted key by key)."""
 
-    def one(key: str) -> None:
+    def delete_key(key: str) -> None:
         try:
             obstore.delete(loc.store, key)
         except FileNotFoundError:
@@ -844,7 +844,7 @@ def _delete_keys(loc: ObjectLocation, uri: str, keys: list[str]) -> None:
         try:
             obstore.delete(loc.store, keys)
         except FileNotFoundError:
-            _parallel(one, keys)
+            _parallel(delete_key, keys)
         except BaseException as e:
             raise _store_error(e, uri, f"deleting {len(keys)} files") from None
 

@@ -76,7 +76,7 @@ def _runner(spark: SparkSession, uri: str) -> IndexRunner:
             for batch in batches:
                 out = []
                 for i in batch.column(0).to_pylist():
-                    made = job.one(job.tasks[int(i)])
+                    made = job.new_version(job.tasks[int(i)])
                     out.append(pickle.dumps(made) if made is not None else None)
                 yield pa.RecordBatch.from_arrays([pa.array(out, pa.binary())], [_PAYLOAD])
 

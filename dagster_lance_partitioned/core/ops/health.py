@@ -468,7 +468,7 @@ def check_schemas(ns: NamespaceState | HasState) -> list[SchemaIssue]:
     schema = ns.schema_with_ids
     full = full_schema(ns.metadata)
 
-    def one(item: tuple[TableEntry, PartitionSpec]) -> list[SchemaIssue]:
+    def schema_issues_of(item: tuple[TableEntry, PartitionSpec]) -> list[SchemaIssue]:
         entry, spec = item
         try:
             ds = open_entry(ns.uri, entry, ns.storage_options)
@@ -476,7 +476,7 @@ def check_schemas(ns: NamespaceState | HasState) -> list[SchemaIssue]:
             return []
         return _schema_issues(entry, spec, ds.schema, schema, full)
 
-    return [i for found in parallel_map(one, _entries(ns)) for i in found]
+    return [i for found in parallel_map(schema_issues_of, _entries(ns)) for i in found]
 
 
 # --------------------------------------------------------------------------------------------
@@ -537,7 +537,7 @@ def check_read_versions(
             )
         return "", "", ds.version
 
-    def one(
+    def version_issues_of(
         item: tuple[TableEntry, PartitionSpec],
     ) -> tuple[VersionIssue | None, UncommittedVersion | None]:
         entry, spec = item
@@ -603,7 +603,7 @@ def check_read_versions(
         return found, UncommittedVersion(entry.object_id, entry.location, pinned, tuple(newer))
 
     issues, uncommitted = [], []
-    for issue_, pending in parallel_map(one, _entries(ns)):
+    for issue_, pending in parallel_map(version_issues_of, _entries(ns)):
         if issue_ is not None:
             issues.append(issue_)
         if pending is not None:
@@ -670,11 +670,11 @@ def orphan_candidates(
         if n not in used and is_table_dir_name(n)
     ]
 
-    def one(name: str) -> tuple[str, TableListing] | None:
+    def listed_table(name: str) -> tuple[str, TableListing] | None:
         listing = list_table(root, name, storage_options, links=True)
         return None if holds_namespace(listing.files) else (name, listing)
 
-    return [found for found in parallel_map(one, names) if found is not None]
+    return [found for found in parallel_map(listed_table, names) if found is not None]
 
 
 def find_orphans(ns: NamespaceState | HasState, history: int | None = None) -> list[Orphan]:
@@ -806,7 +806,7 @@ def check_integrity(
             wanted = _evaluation_schema(spec, full, live)
             prepared[spec.spec_id] = (wanted, SpecEvaluator(spec, wanted))
 
-    def one(item: tuple[TableEntry, PartitionSpec]) -> IntegrityIssue | None:
+    def integrity_issue_of(item: tuple[TableEntry, PartitionSpec]) -> IntegrityIssue | None:
         entry, spec = item
         try:
             ds = open_entry(ns.uri, entry, ns.storage_options)
@@ -820,4 +820,4 @@ def check_integrity(
         except _OPEN_ERRORS:
             return None  # files gone: check_read_versions reports it
 
-    return [i for i in parallel_map(one, entries) if i is not None]
+    return [i for i in parallel_map(integrity_issue_of, entries) if i is not None]

@@ -135,7 +135,7 @@ class Reindex:
     fold: bool = False
     drop: tuple[str, ...] = ()
 
-    def one(self, task: ScanTask) -> TableVersion | None:
+    def new_version(self, task: ScanTask) -> TableVersion | None:
         """The new version of ``task``'s table (None: nothing to change)."""
         if task.read_branch is not None:
             return None  # branch-pinned tables are not written by this package
@@ -164,7 +164,7 @@ def run_in_threads(job: Reindex) -> list[TableVersion]:
     if not job.tasks:
         return []
     threads = table_threads(job.tasks[0].uri)
-    return [r for r in parallel_map(job.one, list(job.tasks), threads) if r is not None]
+    return [r for r in parallel_map(job.new_version, list(job.tasks), threads) if r is not None]
 
 
 def _reindex(
@@ -305,11 +305,11 @@ def table_states(
     schema = state.schema_with_ids
     opts = state.storage_options
 
-    def one(task: ScanTask) -> tuple[ScanTask, list[TableIndexState]]:
+    def states_of(task: ScanTask) -> tuple[ScanTask, list[TableIndexState]]:
         ds = open_table(task, opts)
         return task, [table_state(ds, d, schema) for d in decls]
 
-    return parallel_map(one, list(tasks), table_threads(state.uri))
+    return parallel_map(states_of, list(tasks), table_threads(state.uri))
 
 
 def coverages(ns: NamespaceState | HasState, filter: FilterLike = None) -> list[IndexCoverage]:
