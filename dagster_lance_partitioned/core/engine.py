@@ -127,6 +127,9 @@ from .storage import (
     table_uri,
 )
 
+# -- Sizes and thresholds (tests, benchmarks, unusual deployments)
+from .tuning import Tuning, tuned, tuning
+
 __all__ = [
     "DISTANCE",
     "LEGACY_WRITER_FLAG_BIT",
@@ -166,6 +169,7 @@ __all__ = [
     "TableExecutor",
     "TableIndexState",
     "TableVersion",
+    "Tuning",
     "anti_join_keys",
     "apply_changes",
     "as_source",
@@ -239,6 +243,8 @@ __all__ = [
     "text_index",
     "to_sql",
     "transform_text",
+    "tuned",
+    "tuning",
     "vector_column",
     "window_of",
     "window_values",

@@ -47,6 +47,7 @@ from ..partitioning.partition_spec import PartitionSpec, canonical_value
 from ..schema.namespace_schema import (
     SCHEMA_KEY as SCHEMA_KEY,  # re-exported: a manifest metadata key
 )
+from ..tuning import tuning
 from . import retire
 from .commit_summary import (
     PROP_OPERATION,
@@ -73,8 +74,6 @@ COMMIT_PROPERTY_PREFIX = "dlp."
 # How long a commit keeps re-planning over concurrent commits before it gives up.
 COMMIT_TIMEOUT_SECONDS = 120.0
 COMMIT_LOCK = "_dlp_commit.lock"  # advisory turn-taking of local writers, see ManifestStore._turn
-# Manifests of at most this many rows are read whole for lookups (cheaper than a query).
-SMALL_MANIFEST_ROWS = 2_000
 ROW_ADDRESS = "_rowaddr"  # the column Lance adds for with_row_address=True
 CREATE_WAIT_SECONDS = 10.0  # how long an open waits for a concurrent creation to complete
 
@@ -281,7 +280,7 @@ def _keep_table(
     of each row for later snapshots of it."""
     global _versions_bytes
     size = int(table.nbytes) + int(addresses.nbytes)
-    if table.num_rows > SMALL_MANIFEST_ROWS or size > VERSION_CACHE_BYTES:
+    if table.num_rows > tuning().small_manifest_rows or size > VERSION_CACHE_BYTES:
         return  # only small manifests are taken from memory (see ManifestSnapshot.verify)
     with _VERSIONS_LOCK:
         if state.table is not None:
@@ -676,8 +675,8 @@ class ManifestSnapshot:
 
     def is_small(self) -> bool:
         """Whether reading every row is cheaper than querying it (see
-        :data:`SMALL_MANIFEST_ROWS`)."""
-        return self.row_count() <= SMALL_MANIFEST_ROWS
+        :attr:`~..tuning.Tuning.small_manifest_rows`)."""
+        return self.row_count() <= tuning().small_manifest_rows
 
 
 def duplicate_ids(ids: pa.Array | pa.ChunkedArray) -> list[tuple[str, int]]:

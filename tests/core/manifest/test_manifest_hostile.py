@@ -22,7 +22,6 @@ from helpers.faults import CommitHooks
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import ManifestError, PartitionedNamespaceError
-from dagster_lance_partitioned.core.manifest import store as manifest_mod
 from dagster_lance_partitioned.core.manifest.state import load_snapshot
 from dagster_lance_partitioned.core.manifest.store import SCHEMA_KEY
 
@@ -82,10 +81,10 @@ def _unverified(root: str) -> PartitionedNamespace:
 
 # -- open ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
-def test_open_refuses(hostile, monkeypatch: pytest.MonkeyPatch, large: bool) -> None:
+def test_open_refuses(hostile, tune, large: bool) -> None:
     ns, oid = hostile
     if large:  # a manifest too large to be read whole: only its object ids are read
-        monkeypatch.setattr(manifest_mod, "SMALL_MANIFEST_ROWS", 0)
+        tune(small_manifest_rows=0)
     with pytest.raises(ManifestError) as error:
         PartitionedNamespace.open(ns.uri)
     _assert_names(error, oid)
@@ -121,10 +120,10 @@ READS: dict[str, Callable[[PartitionedNamespace], Any]] = {
 
 @pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
 @pytest.mark.parametrize("read", sorted(READS))
-def test_reads_refuse(hostile, monkeypatch: pytest.MonkeyPatch, read: str, large: bool) -> None:
+def test_reads_refuse(hostile, tune, read: str, large: bool) -> None:
     ns, oid = hostile
     if large:  # plans query __manifest with Lance's scanner instead of reading it whole
-        monkeypatch.setattr(manifest_mod, "SMALL_MANIFEST_ROWS", 0)
+        tune(small_manifest_rows=0)
     with pytest.raises(ManifestError) as error:
         READS[read](_unverified(ns.uri))
     _assert_names(error, oid)
@@ -170,7 +169,7 @@ def test_cleanup_of_old_versions_refuses_before_removing_anything(hostile) -> No
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_duplicate_landing_during_a_write_refuses_its_commit(
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    tune,
     kind: str,
     large: bool,
     before_commit: CommitHooks,
@@ -178,7 +177,7 @@ def test_a_duplicate_landing_during_a_write_refuses_its_commit(
     """The duplicate appears after the write read the manifest, before its commit: the commit
     (which re-reads the rows it touches) is refused and the manifest does not move."""
     if large:
-        monkeypatch.setattr(manifest_mod, "SMALL_MANIFEST_ROWS", 0)
+        tune(small_manifest_rows=0)
     ns = PartitionedNamespace.create(tmp_path / "ns", SCHEMA, [PartitionField.identity("country")])
     ns.write(sample_table(6))
     landed: list[str] = []
@@ -229,7 +228,7 @@ STALE_READS: dict[str, Callable[[PartitionedNamespace], Any]] = {
 
 @pytest.mark.parametrize("handle", ["unread", "ids_read"])
 def test_reading_a_manifest_version_cleanup_removed_is_a_package_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, handle: str
+    tmp_path: Path, tune, handle: str
 ) -> None:
     """A handle keeps reading the manifest version it opened; another handle writes and cleans
     up (keeping one version). Reading the stale version's rows then fails with a package error
@@ -239,7 +238,7 @@ def test_reading_a_manifest_version_cleanup_removed_is_a_package_error(
     ns.write(sample_table(6))
     ns.delete("id = 0")
     if handle == "ids_read":  # a large manifest: open reads only its object ids
-        monkeypatch.setattr(manifest_mod, "SMALL_MANIFEST_ROWS", 0)
+        tune(small_manifest_rows=0)
         stale = PartitionedNamespace.open(ns.uri)
     else:  # a handle that has read no row yet
         stale = _unverified(ns.uri)

@@ -20,7 +20,6 @@ from helpers.data import SCHEMA, file_hashes, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import ManifestError
-from dagster_lance_partitioned.core.manifest import store as manifest_mod
 
 HOSTILE_ID = "v1$hostilehostileh$dataset"
 KINDS = [
@@ -120,13 +119,11 @@ def _assert_names(error: pytest.ExceptionInfo[ManifestError], location: str) -> 
 
 @pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_open_and_reads_refuse(
-    lake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, large: bool
-) -> None:
+def test_open_and_reads_refuse(lake, tmp_path: Path, tune, kind: str, large: bool) -> None:
     outer, inner = lake
     location = hostile_location(kind, outer, inner)
     if large:  # a manifest too large to read whole: queried, and only some columns verified
-        monkeypatch.setattr(manifest_mod, "SMALL_MANIFEST_ROWS", 0)
+        tune(small_manifest_rows=0)
     add_row(outer.uri, location)
     if kind in ON_STORAGE:  # what lies there is seen when the row's directory is met
         latest = PartitionedNamespace.open(outer.uri)

@@ -23,10 +23,11 @@ from helpers.data import SCHEMA, fail_write, sample_table, sorted_rows
 from helpers.faults import CommitHooks, before_row_change_commit
 
 from dagster_lance_partitioned import MergeOptions, PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import row_changes, storage
+from dagster_lance_partitioned.core import storage
 from dagster_lance_partitioned.core.errors import CommitConflictError, MaintenanceConflictError
 from dagster_lance_partitioned.core.manifest import retire
 from dagster_lance_partitioned.core.ops import maintenance
+from dagster_lance_partitioned.core.row_changes.merge import merge_rows
 
 FIELDS = [PartitionField.identity("country")]
 ZERO = dt.timedelta(0)
@@ -149,7 +150,7 @@ def test_a_merge_inside_a_cleanup_is_redone_and_lands(tmp_path: Path) -> None:
         cleaned.append(other.maintenance.cleanup(older_than=ZERO, keep_manifest_versions=1))
 
     with before_row_change_commit(writer, meanwhile):
-        result = row_changes.merge_rows(writer, changed, MergeOptions("id"))
+        result = merge_rows(writer, changed, MergeOptions("id"))
     assert cleaned and cleaned[0].table_versions_removed > 0
     assert result.rows_updated == 3
     fresh = PartitionedNamespace.open(ns.uri)

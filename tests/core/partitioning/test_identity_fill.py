@@ -89,12 +89,11 @@ def test_filled_rows_equal_gathered_rows():
 
 
 @pytest.fixture(params=["small manifest", "queried manifest"])
-def manifest_path(request, monkeypatch):
+def manifest_path(request, tune):
     """Both ways a write finds a partition's table: the manifest read whole, or queried."""
-    from dagster_lance_partitioned.core.manifest import store
 
     if request.param == "queried manifest":
-        monkeypatch.setattr(store, "SMALL_MANIFEST_ROWS", 0)
+        tune(small_manifest_rows=0)
     return request.param
 
 

@@ -36,12 +36,12 @@ from hypothesis import strategies as st
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import SpecError
-from dagster_lance_partitioned.core.manifest.store import SMALL_MANIFEST_ROWS
 from dagster_lance_partitioned.core.partitioning.windows import (
     TimeWindow,
     parse_window,
     window_values,
 )
+from dagster_lance_partitioned.core.tuning import tuning
 from dagster_lance_partitioned.orchestration.layout import (
     Dimension,
     PartitionLayoutError,
@@ -433,7 +433,7 @@ class Pruned:
 )
 def pruned(request, tmp_path_factory) -> Pruned:
     """A namespace partitioned by a window (all monotone on its New York zoned column, so
-    pruning must be exact). With padding the manifest has more than SMALL_MANIFEST_ROWS rows,
+    pruning must be exact). With padding the manifest has more than Tuning.small_manifest_rows rows,
     so plans query it with Lance's scanner instead of evaluating predicates in Python."""
     name, padded = request.param
     unit = name.rstrip("3")
@@ -448,7 +448,7 @@ def pruned(request, tmp_path_factory) -> Pruned:
     )
     ns.write(table)
     manifest_rows = lance.dataset(f"{uri}/__manifest").count_rows()
-    assert (manifest_rows > SMALL_MANIFEST_ROWS) == padded
+    assert (manifest_rows > tuning().small_manifest_rows) == padded
     rows = [
         (i, t, pdef.get_partition_key_for_timestamp(t.timestamp())) for i, t in enumerate(instants)
     ]

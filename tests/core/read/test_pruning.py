@@ -375,12 +375,10 @@ def test_explain_is_readable_and_json(ident):
     assert data["kept_partitions"] == 1 and data["specs"][0]["total"] == 16
 
 
-def test_large_manifests_get_indexes_and_plan_the_same(tmp_path, monkeypatch):
-    from dagster_lance_partitioned.core.manifest import edit as manifest_ops
-    from dagster_lance_partitioned.core.manifest import store as manifest_mod
+def test_large_manifests_get_indexes_and_plan_the_same(tmp_path, tune):
 
-    monkeypatch.setattr(manifest_ops, "INDEX_MIN_ROWS", 10)
-    monkeypatch.setattr(manifest_mod, "SMALL_MANIFEST_ROWS", 0)  # plan through Lance's scanner
+    tune(index_min_rows=10)
+    tune(small_manifest_rows=0)  # plan through Lance's scanner
     schema = pa.schema(
         [pa.field("id", pa.int64(), nullable=False), ("k", pa.int32()), ("s", pa.utf8())]
     )

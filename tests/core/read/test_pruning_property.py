@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.manifest import store as manifest
+from dagster_lance_partitioned.core.tuning import tuned, tuning
 
 SCHEMA = pa.schema(
     [
@@ -164,16 +164,12 @@ def test_pruned_scan_equals_full_filter(namespaces, name, flt, lance_query):
     """``lance_query``: plan through Lance's scanner on ``__manifest`` (as for large manifests)
     instead of evaluating in memory (small manifests)."""
     ns, table, home = namespaces[name]
-    small = manifest.SMALL_MANIFEST_ROWS
-    if lance_query:
-        manifest.SMALL_MANIFEST_ROWS = 0
-        ns = PartitionedNamespace.open(ns.uri)  # manifest not loaded
-    try:
+    with tuned(small_manifest_rows=0 if lance_query else tuning().small_manifest_rows):
+        if lance_query:
+            ns = PartitionedNamespace.open(ns.uri)  # manifest not loaded
         expected = matching_ids(table, flt)
         planned = {t.object_id for t in ns.plan_scan(flt).tasks}
         missing = {home[i] for i in expected} - planned
         assert not missing, (name, flt, lance_query, missing)
         got = sorted(ns.to_table(filter=flt)["id"].to_pylist())
         assert got == expected, (name, flt, lance_query)
-    finally:
-        manifest.SMALL_MANIFEST_ROWS = small

@@ -160,10 +160,10 @@ def test_opening_a_version_read_already_reads_nothing_more(
 
 @pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
 def test_a_namespace_recreated_at_the_same_path_is_never_read_from_memory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, large: bool
+    tmp_path: Path, tune, large: bool
 ) -> None:
     if large:  # planned through Lance's scanner, memoized per version
-        monkeypatch.setattr(manifest_mod, "SMALL_MANIFEST_ROWS", 0)
+        tune(small_manifest_rows=0)
     root = tmp_path / "ns"
     fields = [PartitionField.identity("country")]
     ns = PartitionedNamespace.create(root, SCHEMA, fields)

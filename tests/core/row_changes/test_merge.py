@@ -21,7 +21,6 @@ from helpers.data import SCHEMA, fingerprint, sample_table, sorted_rows
 from helpers.faults import before_row_change_commit
 
 from dagster_lance_partitioned import MergeOptions, PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core import row_changes
 from dagster_lance_partitioned.core.errors import (
     CommitConflictError,
     DuplicateKeyError,
@@ -31,6 +30,9 @@ from dagster_lance_partitioned.core.errors import (
     UpdateExpressionError,
     WriteError,
 )
+from dagster_lance_partitioned.core.row_changes.delete import delete_rows
+from dagster_lance_partitioned.core.row_changes.merge import merge_rows
+from dagster_lance_partitioned.core.row_changes.update import update_rows
 
 D1, D2 = dt.date(2025, 12, 10), dt.date(2025, 12, 11)
 
@@ -409,9 +411,7 @@ def test_confine_holds_against_a_concurrent_write_of_the_key_elsewhere(tmp_path)
         before_row_change_commit(ns, concurrently),
         pytest.raises(UnnamedPartitionError, match="900"),
     ):
-        row_changes.merge_rows(
-            ns, rows((900, "US", D1, 1.0)), MergeOptions("id", confine="country = 'US'")
-        )
+        merge_rows(ns, rows((900, "US", D1, 1.0)), MergeOptions("id", confine="country = 'US'"))
     got = ns.refresh().to_table(filter="id = 900").to_pylist()
     assert [(r["country"], r["value"]) for r in got] == [("FR", 5.0)]  # the other write only
     assert ns.count_rows("country = 'US'") == 4
@@ -420,7 +420,7 @@ def test_confine_holds_against_a_concurrent_write_of_the_key_elsewhere(tmp_path)
     ns2 = make_ns(tmp_path / "plain")
     other2 = PartitionedNamespace.open(ns2.uri)
     with before_row_change_commit(ns2, lambda: other2.write(rows((900, "FR", D1, 5.0)))):
-        row_changes.merge_rows(ns2, rows((900, "US", D1, 1.0)), MergeOptions("id"))
+        merge_rows(ns2, rows((900, "US", D1, 1.0)), MergeOptions("id"))
     got = ns2.refresh().to_table(filter="id = 900").to_pylist()
     assert [(r["country"], r["value"]) for r in got] == [("US", 1.0)]
 
@@ -434,7 +434,7 @@ def test_a_concurrent_append_to_a_touched_partition_is_kept(tmp_path):
 
     with before_row_change_commit(ns, concurrently):
         # conflicts once, redone on the new US version
-        row_changes.merge_rows(ns, rows((0, "US", D1, 100.0)), MergeOptions("id"))
+        merge_rows(ns, rows((0, "US", D1, 100.0)), MergeOptions("id"))
     got = as_dict(ns.refresh())
     assert got[0]["value"] == 100.0 and 500 in got and len(got) == 13
 
@@ -447,7 +447,7 @@ def test_a_concurrent_update_of_the_same_row_is_not_lost(tmp_path):
         other.update("id = 0", {"event_date": "DATE '2030-01-01'"})
 
     with before_row_change_commit(ns, concurrently):
-        row_changes.update_rows(ns, "id = 0", {"value": "value + 1000"})
+        update_rows(ns, "id = 0", {"value": "value + 1000"})
     row = ns.refresh().to_table(filter="id = 0").to_pylist()
     assert row == [{"id": 0, "country": "US", "event_date": dt.date(2030, 1, 1), "value": 1000.0}]
 
@@ -456,7 +456,7 @@ def test_a_concurrent_delete_is_respected(tmp_path):
     ns = make_ns(tmp_path)
     other = PartitionedNamespace.open(ns.uri)
     with before_row_change_commit(ns, lambda: other.delete("country = 'US' AND id <> 3")):
-        row_changes.delete_rows(ns, "id = 3")
+        delete_rows(ns, "id = 3")
     assert ns.refresh().count_rows("country = 'US'") == 0
 
 
@@ -468,9 +468,7 @@ def test_a_partition_created_concurrently_is_merged_into_not_duplicated(tmp_path
         other.write(rows((70, "IT", D2, -70.0), (72, "IT", D2, 7.0)))
 
     with before_row_change_commit(ns, concurrently):
-        result = row_changes.merge_rows(
-            ns, rows((70, "IT", D1, 1.0), (71, "IT", D1, 2.0)), MergeOptions("id")
-        )
+        result = merge_rows(ns, rows((70, "IT", D1, 1.0), (71, "IT", D1, 2.0)), MergeOptions("id"))
     got = sorted_rows(ns.refresh().to_table(filter="country = 'IT'"))
     assert [(r["id"], r["value"]) for r in got] == [(70, 1.0), (71, 2.0), (72, 7.0)]
     assert (result.rows_updated, result.rows_inserted) == (1, 1)
@@ -483,7 +481,7 @@ def test_a_concurrent_overwrite_of_a_touched_partition_is_merged_into(tmp_path):
     with before_row_change_commit(
         ns, lambda: other.write(rows((0, "US", D2, -1.0)), mode="overwrite_partitions")
     ):
-        row_changes.merge_rows(
+        merge_rows(
             ns, rows((0, "US", D1, 100.0), (3, "US", D1, 300.0)), MergeOptions(("id", "country"))
         )
     got = sorted_rows(ns.refresh().to_table(filter="country = 'US'"))
@@ -500,16 +498,16 @@ def test_commit_properties_and_deregistered_partitions_are_recorded(tmp_path):
     assert props["filter"] == "country = 'FR'"
 
 
-def test_partitions_that_keep_moving_give_up_with_a_conflict(tmp_path, monkeypatch):
+def test_partitions_that_keep_moving_give_up_with_a_conflict(tmp_path, tune):
     ns = make_ns(tmp_path)
     other = PartitionedNamespace.open(ns.uri)
-    monkeypatch.setattr(row_changes.commit, "MAX_REDO", 0)
+    tune(max_redo=0)
     version = ns.version
     with (
         before_row_change_commit(ns, lambda: other.write(rows((501, "US", D1, 1.0)))),
         pytest.raises(CommitConflictError),
     ):
-        row_changes.merge_rows(ns, rows((0, "US", D1, 100.0)), MergeOptions("id"))
+        merge_rows(ns, rows((0, "US", D1, 100.0)), MergeOptions("id"))
     assert ns.refresh().version == version + 1  # only the concurrent write landed
     assert as_dict(ns)[0]["value"] == 0.0
 

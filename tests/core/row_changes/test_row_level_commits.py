@@ -14,7 +14,6 @@ from helpers.data import SCHEMA, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import CommitConflictError
-from dagster_lance_partitioned.core.manifest import edit as manifest_ops
 from dagster_lance_partitioned.core.manifest.store import (
     ManifestEdit,
     ManifestSnapshot,
@@ -57,8 +56,8 @@ def test_a_new_partition_appends_its_rows(tmp_path: Path) -> None:
     assert ns.count_rows("key = 1000") == 1
 
 
-def test_many_small_commits_keep_the_manifest_compact(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(manifest_ops, "COMPACT_MIN_FRAGMENTS", 6)
+def test_many_small_commits_keep_the_manifest_compact(tmp_path: Path, tune) -> None:
+    tune(compact_min_fragments=6)
     ns = _many(tmp_path, 50)
     expected = sorted_rows(ns.to_table(), "key")
     for i in range(20):

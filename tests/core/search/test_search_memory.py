@@ -68,8 +68,8 @@ def test_documents_tokenized_together_equal_one_by_one(params, texts):
     assert bm25._token_lists(texts, decl) == expected
 
 
-def test_many_documents_are_tokenized_in_chunks(monkeypatch):
-    monkeypatch.setattr(bm25, "CHUNK", 5)
+def test_many_documents_are_tokenized_in_chunks(tune):
+    tune(text_chunk=5)
     rng = np.random.default_rng(3)
     words = ["alpha", "Beta", "gamma,", "delta.", "", "epsilon"]
     texts = [" ".join(rng.choice(words, size=int(rng.integers(0, 6)))) for _ in range(23)]

@@ -19,8 +19,6 @@ from dagster_lance_partitioned.core.manifest.store import (
     ManifestStore,
 )
 from dagster_lance_partitioned.core.partitioning.partition_spec import specs_from_metadata
-from dagster_lance_partitioned.core.write import ingest as ingest_mod
-from dagster_lance_partitioned.core.write import table as table_mod
 
 
 def make_ns(tmp_path, fields=None, schema=SCHEMA):
@@ -196,9 +194,9 @@ def test_every_transform_writes_and_reads(tmp_path):
     assert sorted_rows(ns.to_table()) == sorted_rows(t)
 
 
-def test_streaming_reader_flushes_and_keeps_every_row(tmp_path, monkeypatch):
-    monkeypatch.setattr(ingest_mod, "PARTITION_FLUSH_BYTES", 4_000)
-    monkeypatch.setattr(ingest_mod, "TOTAL_FLUSH_BYTES", 10_000)
+def test_streaming_reader_flushes_and_keeps_every_row(tmp_path, tune):
+    tune(partition_flush_bytes=4_000)
+    tune(total_flush_bytes=10_000)
     ns = make_ns(tmp_path)
     batches = [sample_table(200, start=i * 200).to_batches()[0] for i in range(10)]
     reader = pa.RecordBatchReader.from_batches(SCHEMA, iter(batches))
@@ -332,11 +330,11 @@ def test_large_batches_keep_rows_aligned_with_their_partition_values(tmp_path):
     assert sorted(ns.to_table()["id"].to_pylist()) == list(range(n))
 
 
-def test_streamed_input_keeps_at_most_one_input_batch_alive(tmp_path, monkeypatch):
+def test_streamed_input_keeps_at_most_one_input_batch_alive(tmp_path, tune):
     """A partition that gets one row from every batch must not pin every input batch: Arrow
     memory stays bounded by the buffers, not by the input size."""
-    monkeypatch.setattr(ingest_mod, "PARTITION_FLUSH_BYTES", 1 << 20)
-    monkeypatch.setattr(ingest_mod, "TOTAL_FLUSH_BYTES", 4 << 20)
+    tune(partition_flush_bytes=1 << 20)
+    tune(total_flush_bytes=4 << 20)
     schema = pa.schema([("id", pa.int64()), ("country", pa.utf8()), ("payload", pa.utf8())])
     ns = PartitionedNamespace.create(tmp_path / "s", schema, [PartitionField.identity("country")])
     rows, batches_n, payload = 3001, 20, "x" * 2000  # ~6 MB a batch, ~120 MB in all
@@ -398,10 +396,10 @@ def test_write_limited_to_named_partitions(tmp_path, sample):
     assert ns.count_rows("country = 'US'") >= 1
 
 
-def test_reading_a_task_fragment_by_fragment(tmp_path, monkeypatch):
+def test_reading_a_task_fragment_by_fragment(tmp_path, tune):
     from dagster_lance_partitioned.core.read.scan import iter_task_batches, lance_filter
 
-    monkeypatch.setattr(table_mod, "MAX_ROWS_PER_FILE", 10)
+    tune(max_rows_per_file=10)
     ns = make_ns(tmp_path, [PartitionField.identity("country")])
     ns.write(sample_table(90, countries=("US", "FR")))
     for flt in (None, "value > 40"):
