@@ -62,25 +62,33 @@ def _with_parents(importer: str, target: str) -> Iterator[str]:
         yield name
 
 
-def _imports(module: str) -> set[str]:
+def _direct_imports(module: str) -> set[str]:
+    """What ``module`` imports itself (without the packages an import runs first)."""
     tree = ast.parse(MODULES[module].read_text(), str(MODULES[module]))
-    targets: set[str] = set()
+    found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = _absolute(module, node)
-            names = []
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                names.append(sub if sub in MODULES else base)
+            names = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
+            ]
         else:
             continue
         for name in names:
             if name == PACKAGE or name.startswith(PACKAGE + "."):
-                while name not in MODULES:  # an attribute path: its module
+                while name not in MODULES:
                     name = name.rpartition(".")[0]
-                targets.update(_with_parents(module, name))
+                found.add(name)
+    return found
+
+
+def _imports(module: str) -> set[str]:
+    """What importing ``module`` imports: its own imports and the packages they run first."""
+    targets: set[str] = set()
+    for name in _direct_imports(module):
+        targets.update(_with_parents(module, name))
     targets.discard(module)
     return targets
 
@@ -185,28 +193,6 @@ def _folder(module: str) -> str | None:
     if parts[1:2] != ["core"] or len(parts) < 4:
         return None
     return parts[2]
-
-
-def _direct_imports(module: str) -> set[str]:
-    """What ``module`` imports itself (without the packages an import runs first)."""
-    tree = ast.parse(MODULES[module].read_text(), str(MODULES[module]))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = _absolute(module, node)
-            names = [
-                f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
-            ]
-        else:
-            continue
-        for name in names:
-            if name == PACKAGE or name.startswith(PACKAGE + "."):
-                while name not in MODULES:
-                    name = name.rpartition(".")[0]
-                found.add(name)
-    return found
 
 
 def _folder_pairs(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
