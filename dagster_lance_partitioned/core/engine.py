@@ -62,11 +62,9 @@ from .manifest.commit_summary import (
     PROP_SOURCE,
 )
 from .manifest.state import state_of
-from .manifest.store import (
+from .manifest.store import ManifestSnapshot, ManifestStore, TableEntry
+from .manifest.layout import (
     LEGACY_WRITER_FLAG_BIT,
-    ManifestSnapshot,
-    ManifestStore,
-    TableEntry,
     WRITER_FLAG_BIT,
     WRITER_FLAG_KEY,
     parse_writer_flags,

@@ -246,7 +246,7 @@ def promote_column_step(name: str, wider_type: pa.DataType) -> MetadataStep:
 def update_spec_step(partition_fields: Sequence[PartitionField | SpecField]) -> MetadataStep:
     """A new partition spec version N+1 of ``partition_fields`` (field ids of identical fields
     reused; nothing when they equal the current spec's), for a transaction or alone."""
-    from .manifest.store import partition_field_columns
+    from .manifest.layout import partition_field_columns
     from .partitioning.calendar_fields import warn_mixed_periods
     from .partitioning.partitioner import SpecEvaluator
 

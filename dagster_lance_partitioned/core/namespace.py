@@ -20,19 +20,17 @@ from .errors import (
     PartitionedNamespaceError,
 )
 from .expr.filters import FilterLike
-from .manifest.naming import NAMING_KEY, ensure_naming_key, new_naming_key
-from .manifest.state import NamespaceState, load_snapshot
-from .manifest.stats import stats_field
-from .manifest.store import (
-    SCHEMA_KEY,
+from .manifest.layout import (
     SEP,
     WRITER_FLAG_KEY,
     WRITER_FLAG_VALUE,
-    ManifestSnapshot,
-    ManifestStore,
     base_manifest_schema,
     partition_field_columns,
 )
+from .manifest.naming import NAMING_KEY, ensure_naming_key, new_naming_key
+from .manifest.state import NamespaceState, load_snapshot
+from .manifest.stats import stats_field
+from .manifest.store import SCHEMA_KEY, ManifestSnapshot, ManifestStore
 from .ops.groups import Inspect, Maintenance
 from .partitioning.calendar_fields import warn_mixed_periods
 from .partitioning.partition_spec import PartitionField, PartitionSpec, SpecField, resolve_fields

@@ -24,7 +24,7 @@ from helpers.data import SCHEMA, sample_table
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.cli import parse, parse_arrow_type
-from dagster_lance_partitioned.core.manifest.store import base_manifest_schema
+from dagster_lance_partitioned.core.manifest.layout import base_manifest_schema
 from dagster_lance_partitioned.core.partitioning.windows import TimeWindow
 from dagster_lance_partitioned.core.schema import arrow_json
 

@@ -31,17 +31,9 @@ from ..partitioning.transforms import ExpressionTransform
 from ..schema import arrow_json
 from .commit_summary import CommitSummary, Operation
 from .edit import ManifestEdit
+from .layout import PK_KEY, SEP, WRITER_FLAG_KEY, base_manifest_schema, writer_flags
 from .state import HasState, NamespaceState, state_of
-from .store import (
-    PK_KEY,
-    SCHEMA_KEY,
-    SEP,
-    WRITER_FLAG_KEY,
-    ManifestSnapshot,
-    ManifestStore,
-    base_manifest_schema,
-    writer_flags,
-)
+from .store import SCHEMA_KEY, ManifestSnapshot, ManifestStore
 
 
 class _NothingToUpgrade(Exception):

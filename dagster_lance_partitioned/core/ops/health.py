@@ -23,16 +23,11 @@ import pyarrow.compute as pc
 from .. import storage
 from ..concurrency import parallel_map
 from ..errors import PathEscapeError, SchemaError, TableLocationError
+from ..manifest.layout import is_table_dir_name
 from ..manifest.locations import check_row_locations
 from ..manifest.registration import Pin, pin_of
 from ..manifest.state import HasState, NamespaceState, state_of
-from ..manifest.store import (
-    MANIFEST_DIR,
-    ManifestSnapshot,
-    ManifestStore,
-    TableEntry,
-    is_table_dir_name,
-)
+from ..manifest.store import MANIFEST_DIR, ManifestSnapshot, ManifestStore, TableEntry
 from ..partitioning.partition_constants import fill_constants, identity_constants
 from ..partitioning.partition_spec import PartitionSpec
 from ..partitioning.partitioner import SpecEvaluator
@@ -653,7 +648,7 @@ def orphan_candidates(
     root: str, referenced: Iterable[str], storage_options: dict[str, str] | None = None
 ) -> list[tuple[str, TableListing]]:
     """Directories directly under ``root`` that no ``referenced`` location lies in, whose names
-    this package gives partition tables (see :func:`~.manifest.store.is_table_dir_name`), and below
+    this package gives partition tables (see :func:`~.manifest.layout.is_table_dir_name`), and below
     which no ``__manifest`` lives at any depth (a namespace nested under this one: Dagster
     asset keys ``a`` and ``a/b/c``); with their listings. Anything else under the root is not
     the namespace's to delete. On a local root symbolic links are never candidates (nor

@@ -23,15 +23,10 @@ from ..manifest import retire
 from ..manifest.commit_summary import WRITER_ID as WRITER_ID  # re-exported by .write
 from ..manifest.commit_summary import CommitSummary, Operation
 from ..manifest.edit import ManifestEdit
+from ..manifest.layout import partition_field_columns
 from ..manifest.registration import add_table, pin_version, table_object_id
 from ..manifest.stats import union
-from ..manifest.store import (
-    ManifestSnapshot,
-    ManifestStore,
-    TableEntry,
-    overwritten_ids,
-    partition_field_columns,
-)
+from ..manifest.store import ManifestSnapshot, ManifestStore, TableEntry, overwritten_ids
 from ..partitioning.partition_spec import PartitionSpec
 from .mode import WriteMode
 from .pending import BaseIndex, Key, PendingPartition

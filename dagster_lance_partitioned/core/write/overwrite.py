@@ -16,13 +16,8 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import CommitConflictError
-from ..manifest.store import (
-    SEP,
-    TABLE_NAME,
-    ManifestSnapshot,
-    TableEntry,
-    delete_empty_namespaces,
-)
+from ..manifest.layout import SEP, TABLE_NAME
+from ..manifest.store import ManifestSnapshot, TableEntry, delete_empty_namespaces
 from ..partitioning.partition_spec import PartitionSpec, source_types
 from ..partitioning.transforms import ExpressionTransform
 from ..partitioning.windows import parse_window, window_values

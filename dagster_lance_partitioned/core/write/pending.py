@@ -14,8 +14,9 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from ..manifest import stats
+from ..manifest.layout import SEP, TABLE_NAME
 from ..manifest.stats import TableStats
-from ..manifest.store import SEP, TABLE_NAME, ManifestSnapshot, TableEntry
+from ..manifest.store import ManifestSnapshot, TableEntry
 from ..partitioning.partition_spec import PartitionSpec
 from ..partitioning.partitioner import Rows
 

@@ -24,7 +24,8 @@ from lance.schema import LanceSchema
 from .. import storage
 from .. import table_version as tv
 from ..concurrency import LOCAL_TABLE_THREADS
-from ..manifest.store import ManifestStore, TableEntry, table_location
+from ..manifest.layout import table_location
+from ..manifest.store import ManifestStore, TableEntry
 from ..partitioning.partition_constants import fill_constants, identity_constants
 from ..partitioning.partition_spec import PartitionSpec
 from ..schema.conform import append_layout, column_sources, conform_to, same_layout

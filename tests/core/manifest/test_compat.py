@@ -15,8 +15,8 @@ from helpers.data import sorted_rows
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import WriteError
 from dagster_lance_partitioned.core.manifest import upgrade as compat
+from dagster_lance_partitioned.core.manifest.layout import WRITER_FLAG_KEY
 from dagster_lance_partitioned.core.manifest.store import (
-    WRITER_FLAG_KEY,
     ManifestEdit,
     ManifestSnapshot,
     ManifestStore,

@@ -15,7 +15,7 @@ import pytest
 from helpers.data import SCHEMA, file_hashes, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.manifest.store import is_table_dir_name
+from dagster_lance_partitioned.core.manifest.layout import is_table_dir_name
 
 DAY = 24 * 3600
 
