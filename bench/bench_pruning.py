@@ -25,7 +25,8 @@ import pyarrow as pa
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.manifest import edit as manifest_ops
 from dagster_lance_partitioned.core.manifest.edit import ManifestEdit, build_transaction
-from dagster_lance_partitioned.core.manifest.store import ManifestSnapshot, ManifestStore
+from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
+from dagster_lance_partitioned.core.manifest.store import ManifestStore
 from dagster_lance_partitioned.core.partitioning.partition_spec import specs_from_metadata
 from dagster_lance_partitioned.core.tuning import tuned
 

@@ -62,7 +62,8 @@ from .manifest.commit_summary import (
     PROP_SOURCE,
 )
 from .manifest.state import state_of
-from .manifest.store import ManifestSnapshot, ManifestStore, TableEntry
+from .manifest.store import ManifestStore
+from .manifest.snapshot import ManifestSnapshot, TableEntry
 from .manifest.layout import (
     LEGACY_WRITER_FLAG_BIT,
     WRITER_FLAG_BIT,

@@ -28,9 +28,10 @@ from .manifest.layout import (
     partition_field_columns,
 )
 from .manifest.naming import NAMING_KEY, ensure_naming_key, new_naming_key
+from .manifest.snapshot import ManifestSnapshot
 from .manifest.state import NamespaceState, load_snapshot
 from .manifest.stats import stats_field
-from .manifest.store import SCHEMA_KEY, ManifestSnapshot, ManifestStore
+from .manifest.store import SCHEMA_KEY, ManifestStore
 from .ops.groups import Inspect, Maintenance
 from .partitioning.calendar_fields import warn_mixed_periods
 from .partitioning.partition_spec import PartitionField, PartitionSpec, SpecField, resolve_fields

@@ -17,12 +17,8 @@ from helpers.data import SCHEMA, fingerprint, sample_table, sorted_rows
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import SchemaError, SchemaMismatchError, WriteError
 from dagster_lance_partitioned.core.evolution import is_widening
-from dagster_lance_partitioned.core.manifest.store import (
-    SCHEMA_KEY,
-    ManifestEdit,
-    ManifestSnapshot,
-    ManifestStore,
-)
+from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
+from dagster_lance_partitioned.core.manifest.store import SCHEMA_KEY, ManifestEdit, ManifestStore
 from dagster_lance_partitioned.core.partitioning.partition_spec import (
     PartitionSpec,
     resolve_fields,

@@ -95,7 +95,7 @@ class ManifestEdit:
 
 class ManifestRows(Protocol):
     """What a transaction is built from: one manifest version and lookups of its rows (a
-    :class:`~.store.ManifestSnapshot`)."""
+    :class:`~.snapshot.ManifestSnapshot`)."""
 
     dataset: lance.LanceDataset
     version: int

@@ -17,8 +17,8 @@ from ..partitioning.partition_spec import PartitionSpec
 from .edit import ManifestEdit
 from .layout import SEP, TABLE_NAME
 from .retire import Use
+from .snapshot import TableEntry
 from .stats import STATS_COLUMN, TableStats, stats_field
-from .store import TableEntry
 
 Key = tuple[Any, ...]  # a partition's values, in its spec's field order
 NameOf = Callable[[Key], str]  # the name of a new partition namespace at a key prefix

@@ -15,7 +15,8 @@ import pyarrow as pa
 from ..errors import NotAPartitionedNamespaceError, WriteError
 from ..partitioning.partition_spec import SPEC_KEY_PREFIX, PartitionSpec, specs_from_metadata
 from ..schema.namespace_schema import SCHEMA_KEY, snapshot_schema
-from .store import ManifestSnapshot, ManifestStore, being_created
+from .snapshot import ManifestSnapshot
+from .store import ManifestStore, being_created
 
 
 def load_snapshot(ds: Any) -> ManifestSnapshot:

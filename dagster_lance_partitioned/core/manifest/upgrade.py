@@ -32,8 +32,9 @@ from ..schema import arrow_json
 from .commit_summary import CommitSummary, Operation
 from .edit import ManifestEdit
 from .layout import PK_KEY, SEP, WRITER_FLAG_KEY, base_manifest_schema, writer_flags
+from .snapshot import ManifestSnapshot
 from .state import HasState, NamespaceState, state_of
-from .store import SCHEMA_KEY, ManifestSnapshot, ManifestStore
+from .store import SCHEMA_KEY, ManifestStore
 
 
 class _NothingToUpgrade(Exception):

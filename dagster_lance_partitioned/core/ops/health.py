@@ -26,8 +26,9 @@ from ..errors import PathEscapeError, SchemaError, TableLocationError
 from ..manifest.layout import is_table_dir_name
 from ..manifest.locations import check_row_locations
 from ..manifest.registration import Pin, pin_of
+from ..manifest.snapshot import MANIFEST_DIR, ManifestSnapshot, TableEntry
 from ..manifest.state import HasState, NamespaceState, state_of
-from ..manifest.store import MANIFEST_DIR, ManifestSnapshot, ManifestStore, TableEntry
+from ..manifest.store import ManifestStore
 from ..partitioning.partition_constants import fill_constants, identity_constants
 from ..partitioning.partition_spec import PartitionSpec
 from ..partitioning.partitioner import SpecEvaluator

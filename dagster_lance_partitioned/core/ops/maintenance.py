@@ -35,8 +35,9 @@ from ..manifest.edit import ManifestEdit, NothingToCommit
 from ..manifest.registration import Pin, TableVersion
 from ..manifest.retire import Retirement, announcement, epoch
 from ..manifest.revisions import register
+from ..manifest.snapshot import ManifestSnapshot
 from ..manifest.state import HasState, NamespaceState, load_snapshot, state_of
-from ..manifest.store import ManifestSnapshot, ManifestStore, delete_empty_namespaces
+from ..manifest.store import ManifestStore, delete_empty_namespaces
 from ..read.field_filters import namespace_row_filter
 from ..read.planning import ScanTask, plan_namespace, plan_scan
 from ..read.scan import collect, count_matching, open_table

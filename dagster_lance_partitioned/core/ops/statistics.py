@@ -11,9 +11,9 @@ from ..expr.filters import FilterLike
 from ..manifest.commit_summary import WRITER_ID, CommitSummary, Operation
 from ..manifest.edit import ManifestEdit, NothingToCommit
 from ..manifest.registration import Pin, pin_of, stats_record
+from ..manifest.snapshot import ManifestSnapshot
 from ..manifest.state import HasState, NamespaceState, load_snapshot, state_of
 from ..manifest.stats import TableStats
-from ..manifest.store import ManifestSnapshot
 from ..read.planning import ScanTask, plan_namespace
 from ..read.scan import collect
 

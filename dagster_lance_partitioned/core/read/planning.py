@@ -30,9 +30,9 @@ from ..expr.predicates import (
     to_expression,
 )
 from ..expr.predicates import to_sql as pred_sql
+from ..manifest.snapshot import ManifestSnapshot, TableEntry
 from ..manifest.state import NamespaceState
 from ..manifest.stats import TableStats
-from ..manifest.store import ManifestSnapshot, TableEntry
 from ..partitioning.partition_constants import identity_constants
 from ..partitioning.partition_spec import PartitionSpec
 from ..table_files import check_known_files

@@ -37,8 +37,8 @@ from ..expr.predicates import (
     to_sql,
 )
 from ..manifest.layout import SEP
+from ..manifest.snapshot import ManifestSnapshot, TableEntry
 from ..manifest.stats import STATS_COLUMN
-from ..manifest.store import ManifestSnapshot, TableEntry
 from ..partitioning.expressions import CompiledExpression, coerce_result, compiled, ordered_context
 from ..partitioning.partition_spec import PartitionSpec, SpecField, source_names, source_types
 from ..partitioning.transforms import ExpressionTransform, Granularity, Transform, value_set

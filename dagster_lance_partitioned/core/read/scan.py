@@ -33,8 +33,8 @@ from ..errors import (
 )
 from ..expr.filters import to_lance_sql
 from ..manifest import stats
+from ..manifest.snapshot import clear_version_cache
 from ..manifest.stats import TableStats
-from ..manifest.store import clear_version_cache
 from ..partitioning.partition_constants import fill_constants
 from ..schema.arrow_json import strip_field_ids
 from ..schema.conform import column_sources, conform_for_read

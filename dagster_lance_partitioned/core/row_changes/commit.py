@@ -28,8 +28,9 @@ from ..manifest.edit import ManifestEdit, NothingToCommit
 from ..manifest.layout import SEP, TABLE_NAME, partition_field_columns, table_location
 from ..manifest.naming import NamespaceNaming, ensure_naming_key
 from ..manifest.registration import NameOf, TableVersion, add_table, pin_version
+from ..manifest.snapshot import ManifestSnapshot
 from ..manifest.state import NamespaceState, load_snapshot
-from ..manifest.store import ManifestSnapshot, ManifestStore, delete_empty_namespaces
+from ..manifest.store import ManifestStore, delete_empty_namespaces
 from ..partitioning.partition_spec import PartitionSpec
 from ..schema.conform import conform_for_write, table_write_schema
 from ..search.catalog import declared

@@ -24,8 +24,8 @@ from ..manifest.edit import ManifestEdit
 from ..manifest.registration import TableVersion
 from ..manifest.retire import epoch
 from ..manifest.revisions import Registered, register
+from ..manifest.snapshot import ManifestSnapshot
 from ..manifest.state import HasState, NamespaceState, load_snapshot, state_of
-from ..manifest.store import ManifestSnapshot
 from ..read.planning import ScanTask, plan_namespace
 from ..read.scan import open_table
 from .build import TableIndexState, index_version, table_state

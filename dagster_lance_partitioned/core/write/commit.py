@@ -25,8 +25,9 @@ from ..manifest.commit_summary import CommitSummary, Operation
 from ..manifest.edit import ManifestEdit
 from ..manifest.layout import partition_field_columns
 from ..manifest.registration import add_table, pin_version, table_object_id
+from ..manifest.snapshot import ManifestSnapshot, TableEntry
 from ..manifest.stats import union
-from ..manifest.store import ManifestSnapshot, ManifestStore, TableEntry, overwritten_ids
+from ..manifest.store import ManifestStore, overwritten_ids
 from ..partitioning.partition_spec import PartitionSpec
 from .mode import WriteMode
 from .pending import BaseIndex, Key, PendingPartition

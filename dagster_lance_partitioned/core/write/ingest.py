@@ -20,7 +20,7 @@ from ..concurrency import parallel_map
 from ..errors import SchemaError, UnnamedPartitionError, WriteError
 from ..manifest.layout import SEP, TABLE_NAME
 from ..manifest.naming import NamespaceNaming, Naming
-from ..manifest.store import ManifestSnapshot
+from ..manifest.snapshot import ManifestSnapshot
 from ..partitioning.partition_constants import identity_constants
 from ..partitioning.partition_spec import PartitionSpec
 from ..partitioning.partitioner import Rows, SpecEvaluator

@@ -17,7 +17,8 @@ import pyarrow as pa
 
 from ..errors import CommitConflictError
 from ..manifest.layout import SEP, TABLE_NAME
-from ..manifest.store import ManifestSnapshot, TableEntry, delete_empty_namespaces
+from ..manifest.snapshot import ManifestSnapshot, TableEntry
+from ..manifest.store import delete_empty_namespaces
 from ..partitioning.partition_spec import PartitionSpec, source_types
 from ..partitioning.transforms import ExpressionTransform
 from ..partitioning.windows import parse_window, window_values

@@ -15,8 +15,8 @@ from lance.fragment import FragmentMetadata
 
 from ..manifest import stats
 from ..manifest.layout import SEP, TABLE_NAME
+from ..manifest.snapshot import ManifestSnapshot, TableEntry
 from ..manifest.stats import TableStats
-from ..manifest.store import ManifestSnapshot, TableEntry
 from ..partitioning.partition_spec import PartitionSpec
 from ..partitioning.partitioner import Rows
 

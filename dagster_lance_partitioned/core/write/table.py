@@ -25,7 +25,8 @@ from .. import storage
 from .. import table_version as tv
 from ..concurrency import LOCAL_TABLE_THREADS
 from ..manifest.layout import table_location
-from ..manifest.store import ManifestStore, TableEntry
+from ..manifest.snapshot import TableEntry
+from ..manifest.store import ManifestStore
 from ..partitioning.partition_constants import fill_constants, identity_constants
 from ..partitioning.partition_spec import PartitionSpec
 from ..schema.conform import append_layout, column_sources, conform_to, same_layout

@@ -13,7 +13,8 @@ import pyarrow as pa
 from .. import storage
 from ..concurrency import parallel_map, table_threads
 from ..manifest.naming import Naming
-from ..manifest.store import ManifestSnapshot, ManifestStore
+from ..manifest.snapshot import ManifestSnapshot
+from ..manifest.store import ManifestStore
 from ..partitioning.partition_spec import PartitionSpec
 from ..schema.conform import table_write_schema
 from ..search.build import index_version

@@ -16,11 +16,8 @@ from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import WriteError
 from dagster_lance_partitioned.core.manifest import upgrade as compat
 from dagster_lance_partitioned.core.manifest.layout import WRITER_FLAG_KEY
-from dagster_lance_partitioned.core.manifest.store import (
-    ManifestEdit,
-    ManifestSnapshot,
-    ManifestStore,
-)
+from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
+from dagster_lance_partitioned.core.manifest.store import ManifestEdit, ManifestStore
 from dagster_lance_partitioned.core.partitioning.partition_spec import (
     PartitionSpec,
     SpecField,

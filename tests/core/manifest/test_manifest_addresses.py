@@ -10,8 +10,8 @@ import pyarrow.compute as pc
 from helpers.data import SCHEMA, sample_table
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.manifest import store as manifest
-from dagster_lance_partitioned.core.manifest.store import ROW_ADDRESS, ManifestSnapshot
+from dagster_lance_partitioned.core.manifest import snapshot as manifest
+from dagster_lance_partitioned.core.manifest.snapshot import ROW_ADDRESS, ManifestSnapshot
 
 
 def _scanned(snap: ManifestSnapshot, ids: list[str]) -> dict[str, int]:

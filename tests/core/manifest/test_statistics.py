@@ -19,8 +19,9 @@ from helpers.data import SCHEMA, sample_table
 from helpers.stats import assert_statistics_hold
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
+from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
 from dagster_lance_partitioned.core.manifest.stats import STATS_COLUMN
-from dagster_lance_partitioned.core.manifest.store import ManifestEdit, ManifestSnapshot
+from dagster_lance_partitioned.core.manifest.store import ManifestEdit
 from dagster_lance_partitioned.core.schema.arrow_json import field_id
 
 FIELDS = [PartitionField.identity("country")]

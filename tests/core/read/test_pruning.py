@@ -73,7 +73,8 @@ def test_appendix_d_exactly_two_tables(tmp_path):
         ],
     }
     store = ManifestStore(ns.uri)
-    from dagster_lance_partitioned.core.manifest.store import ManifestEdit, ManifestSnapshot
+    from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
+    from dagster_lance_partitioned.core.manifest.store import ManifestEdit
     from dagster_lance_partitioned.core.partitioning.partition_spec import specs_from_metadata
 
     store.commit(

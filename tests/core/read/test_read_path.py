@@ -16,8 +16,7 @@ import pytest
 from helpers.data import SCHEMA, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.errors import PathEscapeError
-from dagster_lance_partitioned.core.manifest import store as manifest_mod
+from dagster_lance_partitioned.core.errors import ManifestError, PathEscapeError
 from dagster_lance_partitioned.core.read import scan
 
 
@@ -207,7 +206,7 @@ def test_a_new_version_with_a_duplicate_id_is_refused_after_an_old_one_was_read(
     rows = lance.dataset(uri).to_table()
     tables = rows.filter(pa.compute.equal(rows["object_type"], "table"))
     lance.write_dataset(tables.slice(0, 1), uri, mode="append")
-    with pytest.raises(manifest_mod.ManifestError):
+    with pytest.raises(ManifestError):
         PartitionedNamespace.open(ns.uri)
 
 

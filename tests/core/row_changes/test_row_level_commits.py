@@ -14,11 +14,8 @@ from helpers.data import SCHEMA, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import CommitConflictError
-from dagster_lance_partitioned.core.manifest.store import (
-    ManifestEdit,
-    ManifestSnapshot,
-    ManifestStore,
-)
+from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
+from dagster_lance_partitioned.core.manifest.store import ManifestEdit, ManifestStore
 
 
 def _manifest(ns: PartitionedNamespace) -> lance.LanceDataset:

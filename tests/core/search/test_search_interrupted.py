@@ -21,7 +21,7 @@ from helpers.search import DIM, assert_exact, assert_indexed, index_map, make_ns
 
 from dagster_lance_partitioned import PartitionedNamespace
 
-CHILD = Path(__file__).resolve().parents[1] / "helpers" / "interrupted.py"
+CHILD = Path(__file__).resolve().parents[2] / "helpers" / "interrupted.py"
 ROWS = make_rows()  # 3,000 rows in 12 partitions of about 500 / 300 / 150 / 50 rows
 MIN_ROWS = 100  # declare_index's
 NAME = "v_ivf_flat"

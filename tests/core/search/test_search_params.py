@@ -26,8 +26,8 @@ from dagster_lance_partitioned.core.errors import PartitionedNamespaceError, Sea
 
 ROWS = make_rows(1200, seed=11)  # 12 partitions of about 200 / 120 / 60 / 20 rows
 Q = np.random.default_rng(5).normal(size=DIM).astype(np.float32)
-ROOT = Path(__file__).resolve().parents[2]
-SEARCH_PROC = Path(__file__).resolve().parents[1] / "helpers" / "search_proc.py"
+ROOT = Path(__file__).resolve().parents[3]
+SEARCH_PROC = Path(__file__).resolve().parents[2] / "helpers" / "search_proc.py"
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from helpers.faults import CommitHooks
 from dagster_lance_partitioned import CommitConflictError, PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import WriteError
 
-HELPERS = Path(__file__).resolve().parents[1] / "helpers"
+HELPERS = Path(__file__).resolve().parents[2] / "helpers"
 
 SCHEMA = pa.schema(
     [

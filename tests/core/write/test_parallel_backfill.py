@@ -20,7 +20,7 @@ from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.cli import main as cli_main
 from dagster_lance_partitioned.core.manifest.naming import NAMING_KEY
 
-WRITER = Path(__file__).resolve().parents[1] / "helpers" / "writer_proc.py"
+WRITER = Path(__file__).resolve().parents[2] / "helpers" / "writer_proc.py"
 AIRPORTS = ("EWR", "JFK", "LGA")
 DAYS = [20130101 + d for d in range(28)]
 ROWS = 3  # per day and airport

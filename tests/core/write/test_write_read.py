@@ -13,11 +13,8 @@ import pytest
 from helpers.data import SCHEMA, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.manifest.store import (
-    ManifestEdit,
-    ManifestSnapshot,
-    ManifestStore,
-)
+from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
+from dagster_lance_partitioned.core.manifest.store import ManifestEdit, ManifestStore
 from dagster_lance_partitioned.core.partitioning.partition_spec import specs_from_metadata
 
 
