@@ -31,7 +31,7 @@ from lance import LanceOperation
 from lance.fragment import write_fragments
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
-from dagster_lance_partitioned.core.manifest.store import random_name
+from dagster_lance_partitioned.core.manifest.layout import random_name
 
 try:
     from dagster_lance_partitioned.core.manifest.edit import upkeep

@@ -25,8 +25,10 @@ import pyarrow as pa
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.manifest import edit as manifest_ops
 from dagster_lance_partitioned.core.manifest.edit import ManifestEdit, build_transaction
-from dagster_lance_partitioned.core.manifest.store import ManifestSnapshot, ManifestStore
-from dagster_lance_partitioned.core.spec.partition_spec import specs_from_metadata
+from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
+from dagster_lance_partitioned.core.manifest.store import ManifestStore
+from dagster_lance_partitioned.core.partitioning.partition_spec import specs_from_metadata
+from dagster_lance_partitioned.core.tuning import tuned
 
 SCHEMA = pa.schema(
     [("id", pa.int64()), ("country", pa.utf8()), ("day", pa.date32()), ("value", pa.float64())]
@@ -108,8 +110,8 @@ def main() -> None:
 
         eq, rng = median_time(lambda: plan(EQ)), median_time(lambda: plan(RANGE))
         store = ManifestStore(root)
-        manifest_ops.INDEX_MIN_ROWS = 0
-        manifest_ops.upkeep(store.dataset())
+        with tuned(index_min_rows=0):
+            manifest_ops.upkeep(store.dataset())
         eq_i, rng_i = median_time(lambda: plan(EQ)), median_time(lambda: plan(RANGE))
         hive = os.path.join(work, f"hive{n}")
         hive_tree(hive, n)
@@ -118,51 +120,51 @@ def main() -> None:
             f"| {n:,} | {eq * 1000:.1f} | {rng * 1000:.1f} | {eq_i * 1000:.1f} | "
             f"{rng_i * 1000:.1f} | {listing * 1000:.1f} | {listing / eq:.0f}x faster |"
         )
-    manifest_ops.INDEX_MIN_ROWS = 100_000
 
-    # reading 1 partition of 10,000 real ones vs the same rows as a standalone dataset
-    rng_ = np.random.default_rng(3)
-    n_rows = 1_000_000
-    countries = np.array([f"c{i:04d}" for i in range(100)])
-    days = np.array([DAY0 + dt.timedelta(days=i) for i in range(100)], dtype="datetime64[D]")
-    table = pa.table(
-        {
-            "id": np.arange(n_rows),
-            "country": countries[rng_.integers(0, 100, n_rows)],
-            "day": pa.array(days[rng_.integers(0, 100, n_rows)], pa.date32()),
-            "value": rng_.random(n_rows),
-        }
-    )
-    ns = PartitionedNamespace.create(
-        os.path.join(work, "real"),
-        SCHEMA,
-        [PartitionField.identity("country"), PartitionField.identity("day")],
-    )
-    t0 = time.perf_counter()
-    result = ns.write(table)
-    t_write = time.perf_counter() - t0
-    assert len(result.partitions) == 10_000
-    flt = "country = 'c0042' AND day = DATE '2020-02-11'"
-    expected = ns.to_table(flt)
-    alone = os.path.join(work, "alone")
-    lance.write_dataset(expected, alone)
-    t_one = median_time(lambda: PartitionedNamespace.open(ns.uri).to_table(flt))
-    opened = PartitionedNamespace.open(ns.uri)
-    t_open = median_time(lambda: opened.to_table(flt))
-    t_alone = median_time(lambda: lance.dataset(alone).to_table())
-    print()
-    print(f"write of {n_rows:,} rows into 10,000 partitions: {t_write:.1f} s")
-    print("| read | ours (ms) | standalone dataset (ms) | ratio |")
-    print("|---|---|---|---|")
-    print(
-        f"| 1 of 10,000 partitions ({expected.num_rows} rows), open + plan + read | "
-        f"{t_one * 1000:.1f} | {t_alone * 1000:.1f} | {t_one / t_alone:.1f} |"
-    )
-    print(
-        f"| 1 of 10,000 partitions, plan + read on an open namespace | "
-        f"{t_open * 1000:.1f} | {t_alone * 1000:.1f} | {t_open / t_alone:.1f} |"
-    )
-    shutil.rmtree(work, ignore_errors=True)
+    with tuned(index_min_rows=100_000):  # the 10,000-row manifest read unindexed
+        # reading 1 partition of 10,000 real ones vs the same rows as a standalone dataset
+        rng_ = np.random.default_rng(3)
+        n_rows = 1_000_000
+        countries = np.array([f"c{i:04d}" for i in range(100)])
+        days = np.array([DAY0 + dt.timedelta(days=i) for i in range(100)], dtype="datetime64[D]")
+        table = pa.table(
+            {
+                "id": np.arange(n_rows),
+                "country": countries[rng_.integers(0, 100, n_rows)],
+                "day": pa.array(days[rng_.integers(0, 100, n_rows)], pa.date32()),
+                "value": rng_.random(n_rows),
+            }
+        )
+        ns = PartitionedNamespace.create(
+            os.path.join(work, "real"),
+            SCHEMA,
+            [PartitionField.identity("country"), PartitionField.identity("day")],
+        )
+        t0 = time.perf_counter()
+        result = ns.write(table)
+        t_write = time.perf_counter() - t0
+        assert len(result.partitions) == 10_000
+        flt = "country = 'c0042' AND day = DATE '2020-02-11'"
+        expected = ns.to_table(flt)
+        alone = os.path.join(work, "alone")
+        lance.write_dataset(expected, alone)
+        t_one = median_time(lambda: PartitionedNamespace.open(ns.uri).to_table(flt))
+        opened = PartitionedNamespace.open(ns.uri)
+        t_open = median_time(lambda: opened.to_table(flt))
+        t_alone = median_time(lambda: lance.dataset(alone).to_table())
+        print()
+        print(f"write of {n_rows:,} rows into 10,000 partitions: {t_write:.1f} s")
+        print("| read | ours (ms) | standalone dataset (ms) | ratio |")
+        print("|---|---|---|---|")
+        print(
+            f"| 1 of 10,000 partitions ({expected.num_rows} rows), open + plan + read | "
+            f"{t_one * 1000:.1f} | {t_alone * 1000:.1f} | {t_one / t_alone:.1f} |"
+        )
+        print(
+            f"| 1 of 10,000 partitions, plan + read on an open namespace | "
+            f"{t_open * 1000:.1f} | {t_alone * 1000:.1f} | {t_open / t_alone:.1f} |"
+        )
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

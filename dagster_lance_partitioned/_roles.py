@@ -51,9 +51,9 @@ def replace_roles(text: str, render: Render | None = None) -> str:
     """``text`` with every role replaced by ``render(role, target, shown)`` (default: what
     Sphinx shows, as a Markdown code span)."""
 
-    def one(match: re.Match[str]) -> str:
+    def rendered(match: re.Match[str]) -> str:
         role, target = match.group("role"), match.group("target")
         shown = role_shown(role, target)
         return render(role, role_target(target), shown) if render else code_span(shown)
 
-    return ROLE.sub(one, text)
+    return ROLE.sub(rendered, text)

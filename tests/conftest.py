@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+
 import pyarrow as pa
 import pytest
 from helpers.data import sample_table
 from helpers.faults import CommitHooks
 from helpers.spark import spark_session  # noqa: F401  (the session-wide "spark" fixture)
+
+from dagster_lance_partitioned.core.engine import tuned
 
 # the moto fixtures of tests/integration/conftest.py
 OBJECT_STORE_FIXTURES = frozenset({"server", "counting", "bucket"})
@@ -16,6 +21,14 @@ OBJECT_STORE_FIXTURES = frozenset({"server", "counting", "bucket"})
 @pytest.fixture
 def sample() -> pa.Table:
     return sample_table()
+
+
+@pytest.fixture
+def tune() -> Iterator[Callable[..., None]]:
+    """``tune(**changes)``: core's sizes and thresholds (:class:`~core.tuning.Tuning` fields)
+    changed until the test ends -- to reach a threshold with few rows."""
+    with ExitStack() as stack:
+        yield lambda **changes: stack.enter_context(tuned(**changes)) and None
 
 
 @pytest.fixture

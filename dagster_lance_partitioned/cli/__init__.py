@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from .. import __version__
-from ..core.errors import PartitionedNamespaceError, is_storage_failure
+from ..core import PartitionedNamespaceError
+from ..core.engine import is_storage_failure
 from . import check, convert, inspect, maintenance, search
 from ._args import (
     DEFAULT_MAX_WIDTH,

@@ -12,12 +12,12 @@ from typing import Any, Protocol, TextIO
 
 import pyarrow as pa
 
-from ..core.errors import (
+from ..core import (
     NamespaceNotFoundError,
     NotAPartitionedNamespaceError,
+    PartitionedNamespace,
     PartitionedNamespaceError,
 )
-from ..core.namespace import PartitionedNamespace
 from ._output import PROG, error_text
 from ._walk import DEFAULT_LS_DEPTH, Found, find_namespaces, namespaces_below
 from .errors import CliError

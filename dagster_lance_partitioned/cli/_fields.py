@@ -1,5 +1,5 @@
 """Partition fields and spec versions as the CLI's JSON shows them: the stored form plus how
-people name each field (:mod:`dagster_lance_partitioned.core.spec.describe`)."""
+people name each field (:mod:`dagster_lance_partitioned.core.partitioning.describe`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..core.spec.describe import field_summary, window_of
-from ..core.spec.partition_spec import PartitionSpec, SpecField, source_names, source_types
+from ..core import PartitionSpec, SpecField
+from ..core.engine import field_summary, source_names, source_types, window_of
 
 
 def field_doc(f: SpecField, schema: pa.Schema) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
-from ..core.read.filters import error_text as error_text  # re-exported: the CLI's messages
-from ..core.read.filters import first_line as first_line
+from ..core.engine import error_text as error_text  # re-exported: the CLI's messages
+from ..core.engine import first_line as first_line
 
 PROG = "lance-partitioned"
 

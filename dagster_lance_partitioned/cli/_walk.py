@@ -7,13 +7,8 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..core import storage
-from ..core.errors import (
-    NotAPartitionedNamespaceError,
-    PartitionedNamespaceError,
-    is_storage_failure,
-)
-from ..core.namespace import PartitionedNamespace
+from ..core import NotAPartitionedNamespaceError, PartitionedNamespace, PartitionedNamespaceError
+from ..core.engine import is_dir, is_storage_failure, join_uri, list_dirs, location_problem
 from ._output import error_text
 from .errors import CliError
 
@@ -35,17 +30,17 @@ def find_namespaces(
 ) -> Iterator[Found]:
     """The directories under ``root`` holding a partitioned namespace's ``__manifest``,
     breadth first; namespaces and Lance tables are not looked into."""
-    if not storage.is_dir(root, storage_options):
+    if not is_dir(root, storage_options):
         raise CliError(f"{root}: no such directory")
     pending = [("", 0)]
     while pending:
         rel, depth = pending.pop(0)
-        here = storage.join(root, rel) if rel else root
-        dirs = storage.list_dirs(here, storage_options, links=True)
+        here = join_uri(root, rel) if rel else root
+        dirs = list_dirs(here, storage_options, links=True)
         if "_versions" in dirs:
             continue  # a Lance table
         if "__manifest" in dirs:
-            uri = storage.join(root, rel) if rel else root
+            uri = join_uri(root, rel) if rel else root
             try:
                 yield Found(rel or ".", uri, _open_quietly(uri, storage_options), None)
                 continue
@@ -60,7 +55,7 @@ def find_namespaces(
                 for d in dirs
                 if d != "__manifest"
                 and not d.startswith(".")
-                and storage.location_problem(d) is None  # e.g. a backslash: not joinable
+                and location_problem(d) is None  # e.g. a backslash: not joinable
             ]
 
 

@@ -11,15 +11,15 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ..core.ops.health import (
-    ORPHAN_GRACE,
+from ..core import (
+    HealthReport,
     IntegrityIssue,
     Orphan,
     SchemaIssue,
     UncommittedVersion,
     VersionIssue,
 )
-from ..core.ops.report import HealthReport
+from ..core.engine import ORPHAN_GRACE
 from ._args import (
     EXIT_ERROR,
     EXIT_OK,

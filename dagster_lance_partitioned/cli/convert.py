@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from ..core.namespace import PartitionedNamespace
+from ..core import PartitionedNamespace
 from ._args import AddCommand, Options, open_ns, typed_key
 from ._output import plural, write_json
 from .errors import CliError

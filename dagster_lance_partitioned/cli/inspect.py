@@ -12,32 +12,32 @@ from typing import Any, TextIO, cast
 
 import pyarrow as pa
 
-from ..core import storage
-from ..core.concurrency import parallel_map
-from ..core.errors import (
+from ..core import (
+    CommitSummary,
+    Operation,
+    PartitionedNamespace,
     PartitionedNamespaceError,
-    is_storage_failure,
+    ScanTask,
+    TableChange,
 )
-from ..core.manifest.commit_summary import (
+from ..core.engine import (
+    LEGACY_WRITER_FLAG_BIT,
     PROP_DAGSTER_ASSET_KEY,
     PROP_DAGSTER_RUN_ID,
     PROP_SOURCE,
-    CommitSummary,
-    Operation,
-)
-from ..core.manifest.store import (
-    LEGACY_WRITER_FLAG_BIT,
     WRITER_FLAG_BIT,
     WRITER_FLAG_KEY,
     ManifestStore,
+    field_summary,
+    file_sizes,
+    is_storage_failure,
+    open_table,
+    parallel_map,
     parse_writer_flags,
+    resolve_filter,
+    source_labels,
+    transform_text,
 )
-from ..core.namespace import PartitionedNamespace
-from ..core.ops import history
-from ..core.read.field_filters import resolve_filter
-from ..core.read.planning import ScanTask
-from ..core.read.scan import open_table
-from ..core.spec.describe import field_summary, source_labels, transform_text
 from ._args import (
     AddCommand,
     Options,
@@ -333,7 +333,7 @@ def _table_stats(task: ScanTask, storage_options: dict[str, str] | None) -> tupl
                 unknown.append(data_file.path)
     if unknown:  # older files do not record their size: ask the store
         paths = [f"data/{name}" for name in unknown]
-        size += sum(storage.file_sizes(task.uri, paths, storage_options).values())
+        size += sum(file_sizes(task.uri, paths, storage_options).values())
     return rows, size
 
 
@@ -514,7 +514,7 @@ class _Version:
     time: dt.datetime | None  # UTC
     operation: str | None
     properties: dict[str, str] | None
-    changes: tuple[history.TableChange, ...] | None  # None: unknown (the previous is gone)
+    changes: tuple[TableChange, ...] | None  # None: unknown (the previous is gone)
     through: int | None = None  # the last manifest version of a creation's two commits
 
     @property
@@ -623,7 +623,7 @@ def _one_creation(versions: list[_Version]) -> list[_Version]:
     return [created, *versions[2:]]
 
 
-def _touched(changes: tuple[history.TableChange, ...] | None) -> str:
+def _touched(changes: tuple[TableChange, ...] | None) -> str:
     """``+2 ~1 -1`` (added, updated, removed partitions), ``none`` or ``?``."""
     if changes is None:
         return "?"

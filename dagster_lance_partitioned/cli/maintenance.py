@@ -9,8 +9,8 @@ import dataclasses
 import datetime as dt
 from typing import Any, TextIO
 
-from ..core.namespace import PartitionedNamespace
-from ..core.read.field_filters import resolve_filter
+from ..core import PartitionedNamespace
+from ..core.engine import resolve_filter
 from ._args import (
     AddCommand,
     Options,

@@ -17,13 +17,22 @@ from typing import Any, TextIO
 import numpy as np
 import pyarrow as pa
 
-from ..core.namespace import PartitionedNamespace
-from ..core.read.field_filters import resolve_filter
-from ..core.schema.arrow_json import is_list_like, strip_field_ids
-from ..core.search.catalog import IndexCoverage, declared, find
-from ..core.search.declaration import METRICS, VECTOR_TYPES, canonical_type, kind_of
-from ..core.search.query import text_index, vector_column
-from ..core.search.tables import DISTANCE, SCORE
+from ..core import IndexCoverage, PartitionedNamespace
+from ..core.engine import (
+    DISTANCE,
+    METRICS,
+    SCORE,
+    VECTOR_TYPES,
+    canonical_type,
+    is_list_like,
+    kind_of,
+    resolve_filter,
+    strip_field_ids,
+    text_index,
+    vector_column,
+)
+from ..core.engine import declared_indexes as declared
+from ..core.engine import find_index as find
 from ._args import AddCommand, Options, column_list, key_value, open_ns, positive_int
 from ._output import PROG, Text, first_line, is_numeric, plural, to_json_value, write_json
 from .errors import CliError

@@ -57,16 +57,17 @@ from .ops.maintenance import (
 )
 from .ops.report import HealthReport
 from .ops.statistics import StatisticsResult
+from .partitioning.partition_spec import PartitionField, PartitionSpec, SpecField
+from .partitioning.windows import TimeWindow
 from .read.planning import ScanPlan, ScanTask
 from .read.pruning import SpecPruning
 from .row_changes.change import RowChangeResult
 from .row_changes.merge import MergeOptions
 from .search.catalog import IndexCoverage, IndexResult
 from .search.session import SearchSession
-from .spec.partition_spec import PartitionField, PartitionSpec, SpecField
-from .spec.windows import TimeWindow
 from .transaction import Transaction, TransactionResult
-from .write import PartitionWrite, WriteMode, WriteResult
+from .write.mode import WriteMode
+from .write.result import PartitionWrite, WriteResult
 
 __all__ = [
     "Changes",

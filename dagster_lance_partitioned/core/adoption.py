@@ -31,15 +31,15 @@ from .errors import (
     NamespaceNotFoundError,
     StorageError,
 )
+from .evolution import is_widening
 from .namespace import PartitionedNamespace
+from .partitioning.partition_spec import PartitionField, PartitionSpec, resolve_fields
 from .schema.arrow_json import normalize_type
-from .schema.evolution import is_widening
-from .spec.partition_spec import PartitionField, PartitionSpec, resolve_fields
 from .transaction import Transaction
-from .write import WriteResult
+from .write.result import WriteResult
 
 if TYPE_CHECKING:
-    from .row_changes import RowChangeResult
+    from .row_changes.change import RowChangeResult
 
 OPEN_ATTEMPTS = 5  # opens of a namespace that another writer is creating at that instant
 ADOPT_ATTEMPTS = 10  # plans of the changes racing other writers' changes

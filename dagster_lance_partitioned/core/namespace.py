@@ -19,33 +19,34 @@ from .errors import (
     NamespaceNotFoundError,
     PartitionedNamespaceError,
 )
-from .manifest.naming import NAMING_KEY, ensure_naming_key, new_naming_key
-from .manifest.state import NamespaceState, load_snapshot
-from .manifest.stats import stats_field
-from .manifest.store import (
-    SCHEMA_KEY,
+from .expr.filters import FilterLike
+from .manifest.layout import (
     SEP,
     WRITER_FLAG_KEY,
     WRITER_FLAG_VALUE,
-    ManifestSnapshot,
-    ManifestStore,
     base_manifest_schema,
     partition_field_columns,
 )
+from .manifest.naming import NAMING_KEY, ensure_naming_key, new_naming_key
+from .manifest.snapshot import ManifestSnapshot
+from .manifest.state import NamespaceState, load_snapshot
+from .manifest.stats import stats_field
+from .manifest.store import SCHEMA_KEY, ManifestStore
 from .ops.groups import Inspect, Maintenance
-from .read.filters import FilterLike
-from .read.planning import ScanPlan
+from .partitioning.calendar_fields import warn_mixed_periods
+from .partitioning.partition_spec import PartitionField, PartitionSpec, SpecField, resolve_fields
+from .partitioning.partitioner import SpecEvaluator
+from .read.planning import ScanPlan, plan_namespace
 from .read.scan import TABLE_BATCH_ROWS, count_plan_rows, scan_reader
 from .schema import arrow_json
 from .schema.namespace_schema import check_columns
 from .schema.namespace_schema import snapshot_schema as snapshot_schema  # re-exported
-from .spec.calendar_fields import warn_mixed_periods
-from .spec.partition_spec import PartitionField, PartitionSpec, SpecField, resolve_fields
-from .spec.partitioner import SpecEvaluator
-from .write import WriteMode, WriteResult
+from .write.mode import WriteMode
+from .write.result import WriteResult
 
 if TYPE_CHECKING:
-    from .row_changes import MergeOptions, RowChangeResult
+    from .row_changes.change import RowChangeResult
+    from .row_changes.merge import MergeOptions
     from .search.catalog import IndexCoverage, IndexResult
     from .search.session import SearchSession
     from .transaction import Transaction
@@ -276,7 +277,7 @@ class PartitionedNamespace:
         tables pruned by partition values and by statistics; the residual filter),
         ``.to_dict()`` JSON. ``by_stats=False`` keeps the tables whose statistics prove that
         no row matches (every table of the partitions the filter selects)."""
-        return self._state.plan_scan(filter, by_stats)
+        return plan_namespace(self._state, filter, by_stats)
 
     @storage_boundary("scanning")
     def scan(
@@ -292,7 +293,7 @@ class PartitionedNamespace:
         ``concurrency``: how many partition tables are opened and read at once (default: a
         few on local disk, dozens on object stores, or ``DLP_SCAN_CONCURRENCY``; see
         :func:`.read.scan.scan_concurrency`)."""
-        plan = self._state.plan_scan(filter, check_links=False)  # checked when each is read
+        plan = plan_namespace(self._state, filter, check_links=False)  # checked when each is read
         return scan_reader(
             plan, self.schema_with_ids, columns, self.storage_options, batch_size, concurrency
         )
@@ -314,7 +315,7 @@ class PartitionedNamespace:
     def count_rows(self, filter: FilterLike = None, *, concurrency: int | None = None) -> int:
         """How many rows match ``filter`` (partitions whose every row matches are counted from
         their tables' metadata, without reading data; ``concurrency``: see :meth:`scan`)."""
-        plan = self._state.plan_scan(filter, check_links=False)  # checked when each is read
+        plan = plan_namespace(self._state, filter, check_links=False)  # checked when each is read
         return count_plan_rows(plan, self.schema_with_ids, self.storage_options, concurrency)
 
     # -- partition evolution ------------------------------------------------------------------
@@ -329,8 +330,8 @@ class PartitionedNamespace:
         self._state.require_unpinned("change its partition spec")
         if any(s.draft for s in self.specs):
             self.upgrade()  # field ids and manifest columns follow the current shape first
+        from .evolution import update_spec_step
         from .manifest.changes import commit_steps
-        from .schema.evolution import update_spec_step
 
         return self._after(
             commit_steps(self._state.store, [update_spec_step(partition_fields)]).version
@@ -355,7 +356,7 @@ class PartitionedNamespace:
     def add_columns(self, fields: pa.Field | Sequence[pa.Field] | pa.Schema) -> int:
         """Add nullable columns with new field ids (a column there alike already, same name,
         type and nullability, is left as it is); returns the manifest version."""
-        from .schema.evolution import add_columns
+        from .evolution import add_columns
 
         return self._after(add_columns(self, fields))
 
@@ -363,7 +364,7 @@ class PartitionedNamespace:
     def rename_column(self, old: str, new: str) -> int:
         """Rename a column (its field id is kept; nothing when ``old`` is gone and ``new`` is
         the column renamed from it); returns the manifest version."""
-        from .schema.evolution import rename_column
+        from .evolution import rename_column
 
         return self._after(rename_column(self, old, new))
 
@@ -371,7 +372,7 @@ class PartitionedNamespace:
     def drop_column(self, name: str) -> int:
         """Drop a column not used by the current spec (nothing when it is dropped already);
         returns the manifest version."""
-        from .schema.evolution import drop_column
+        from .evolution import drop_column
 
         return self._after(drop_column(self, name))
 
@@ -379,15 +380,15 @@ class PartitionedNamespace:
     def promote_column(self, name: str, wider_type: pa.DataType) -> int:
         """Widen a column's type (e.g. int32 -> int64; nothing when it has that type);
         returns the manifest version."""
-        from .schema.evolution import promote_column
+        from .evolution import promote_column
 
         return self._after(promote_column(self, name, wider_type))
 
-    # -- compatibility (core/ops/compat.py, core/ops/hive.py) ----------------------------------
+    # -- compatibility (core/manifest/upgrade.py, core/ops/hive.py) -----------------------------
     @storage_boundary("upgrading the namespace")
     def upgrade(self) -> int:
         """Rewrite draft-shaped metadata in the current shape; returns the manifest version."""
-        from .ops.compat import upgrade
+        from .manifest.upgrade import upgrade
 
         return self._after(upgrade(self))
 
@@ -441,7 +442,7 @@ class PartitionedNamespace:
     ) -> RowChangeResult:
         """Delete the rows matching ``filter`` in one manifest commit (partitions left empty
         are deregistered; see :func:`~.row_changes.delete_rows`)."""
-        from .row_changes import delete_rows
+        from .row_changes.delete import delete_rows
 
         return delete_rows(self, filter, commit_properties=commit_properties)
 
@@ -456,7 +457,7 @@ class PartitionedNamespace:
         """Set columns (``set``: column -> SQL expression) of the rows matching ``filter`` in
         one manifest commit; rows whose partition changes move (see
         :func:`~.row_changes.update_rows`)."""
-        from .row_changes import update_rows
+        from .row_changes.update import update_rows
 
         return update_rows(self, filter, set, commit_properties=commit_properties)
 

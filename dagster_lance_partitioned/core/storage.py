@@ -28,6 +28,7 @@ from .errors import (
     clean_message,
     storage_error,
 )
+from .tuning import tuning
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -351,7 +352,6 @@ _STORE_PREFIXES = ("aws_", "azure_", "google_")  # object_store also takes aws_t
 DEFAULT_MAX_RETRIES = 3  # Lance option ``client_max_retries``
 DEFAULT_RETRY_TIMEOUT_S = 30.0  # Lance option ``client_retry_timeout`` (seconds)
 REGION_LOOKUP_BASE = "https://s3.amazonaws.com"
-_DELETE_BATCH = 1000  # keys per delete request (S3's DeleteObjects limit)
 _HEAD_AT_MOST = 32  # paths per directory checked with HEAD; more: one listing of it
 _THREADS = 8
 
@@ -832,7 +832,7 @@ def _delete_keys(loc: ObjectLocation, uri: str, keys: list[str]) -> None:
     """Delete ``keys`` in batches, a few batches at a time; keys already gone are no error
     (a batch a store refuses for a missing key -- Azure, GCS -- is deleted key by key)."""
 
-    def one(key: str) -> None:
+    def delete_key(key: str) -> None:
         try:
             obstore.delete(loc.store, key)
         except FileNotFoundError:
@@ -844,11 +844,14 @@ def _delete_keys(loc: ObjectLocation, uri: str, keys: list[str]) -> None:
         try:
             obstore.delete(loc.store, keys)
         except FileNotFoundError:
-            _parallel(one, keys)
+            _parallel(delete_key, keys)
         except BaseException as e:
             raise _store_error(e, uri, f"deleting {len(keys)} files") from None
 
-    _parallel(batch, [keys[i : i + _DELETE_BATCH] for i in range(0, len(keys), _DELETE_BATCH)])
+    _parallel(
+        batch,
+        [keys[i : i + tuning().delete_batch] for i in range(0, len(keys), tuning().delete_batch)],
+    )
 
 
 _DIR_FLAGS = (

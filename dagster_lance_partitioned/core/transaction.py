@@ -19,7 +19,7 @@ Nothing is written inside the block; an exception there discards everything. On 
   has no partitions yet). When the data commit fails after the first landed and nothing else
   was committed in between, the changes are reverted in one more commit; a process killed
   exactly between the two leaves the first (never a partial data commit).
-- A change already in place is no change (see :mod:`.schema.evolution`): the same transaction
+- A change already in place is no change (see :mod:`.evolution`): the same transaction
   run again after such a kill finds its changes made and commits its data alone.
 - A transaction with only a data operation is that operation's own single commit.
 """
@@ -42,6 +42,14 @@ from .errors import (
     SpecError,
     TransactionError,
 )
+from .evolution import (
+    add_columns_step,
+    drop_column_step,
+    promote_column_step,
+    rename_column_step,
+    update_spec_step,
+)
+from .expr.filters import FilterLike
 from .manifest.changes import (
     TRANSACTION_PROPERTY,
     ChangedState,
@@ -52,20 +60,20 @@ from .manifest.changes import (
 )
 from .manifest.naming import ensure_naming_key
 from .manifest.state import NamespaceState
-from .read.filters import FilterLike
-from .schema.evolution import (
-    add_columns_step,
-    drop_column_step,
-    promote_column_step,
-    rename_column_step,
-    update_spec_step,
+from .partitioning.partition_spec import (
+    PartitionField,
+    PartitionSpec,
+    SpecField,
+    specs_from_metadata,
 )
 from .schema.namespace_schema import full_schema, live_schema
-from .spec.partition_spec import PartitionField, PartitionSpec, SpecField, specs_from_metadata
-from .write import PartitionWriter, WriteMode, WriteResult
+from .write.mode import WriteMode
+from .write.result import WriteResult
+from .write.writer import PartitionWriter
 
 if TYPE_CHECKING:
-    from .row_changes import MergeOptions, RowChangeResult
+    from .row_changes.change import RowChangeResult
+    from .row_changes.merge import MergeOptions
 
 
 @dataclass(frozen=True)
@@ -242,7 +250,7 @@ class Transaction:
         self, filter: FilterLike, *, commit_properties: dict[str, str] | None = None
     ) -> None:
         """Delete the rows matching ``filter`` as ``PartitionedNamespace.delete`` does."""
-        from .row_changes import delete_rows
+        from .row_changes.delete import delete_rows
 
         def run(state: NamespaceState, props: dict[str, str]) -> RowChangeResult:
             return delete_rows(
@@ -260,7 +268,7 @@ class Transaction:
     ) -> None:
         """Set columns of the rows matching ``filter`` as ``PartitionedNamespace.update``
         does."""
-        from .row_changes import update_rows
+        from .row_changes.update import update_rows
 
         def run(state: NamespaceState, props: dict[str, str]) -> RowChangeResult:
             return update_rows(

@@ -3,7 +3,7 @@ storing assets in them and, built on them, asset checks, sensors and the mainten
 ``dg`` component is
 ``dagster_lance_partitioned.orchestration.component.LancePartitionedComponent``."""
 
-from ..core.row_changes.merge import MergeOptions
+from ..core import MergeOptions
 from .checks import build_lance_partitioned_checks
 from .errors import (
     EvolutionRefusedError,

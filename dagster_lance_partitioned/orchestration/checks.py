@@ -11,10 +11,24 @@ from typing import Any
 
 import dagster as dg
 
-from ..core.manifest.state import NamespaceState
-from ..core.manifest.store import ManifestSnapshot, TableEntry
-from ..core.namespace import PartitionedNamespace
-from ..core.ops import health
+from ..core import (
+    IntegrityIssue,
+    NamespaceState,
+    Orphan,
+    PartitionedNamespace,
+    SchemaIssue,
+    UncommittedVersion,
+    VersionIssue,
+)
+from ..core.engine import (
+    ORPHAN_GRACE,
+    ManifestSnapshot,
+    TableEntry,
+    check_integrity,
+    check_read_versions,
+    check_schemas,
+    find_orphans,
+)
 from .dagster_private import target_materialization
 from .indexes import COVERAGE_COLUMNS, UnindexedBound
 from .metadata_keys import INDEXES, MANIFEST_VERSION
@@ -201,13 +215,13 @@ def _meta(value: Any) -> Any:
 
 
 def _schema(w: WatchedAsset, ns: PartitionedNamespace) -> Outcome:
-    return _schema_outcome(w, ns, health.check_schemas(ns), _spec_of(ns))
+    return _schema_outcome(w, ns, check_schemas(ns), _spec_of(ns))
 
 
 def _schema_outcome(
     w: WatchedAsset,
     ns: PartitionedNamespace,
-    issues: Sequence[health.SchemaIssue],
+    issues: Sequence[SchemaIssue],
     specs: dict[str, int],
 ) -> Outcome:
     """The schema check's result on the tables ``specs`` (object id -> spec id) lists."""
@@ -234,18 +248,18 @@ def _schema_outcome(
 
 
 def _read_versions(w: WatchedAsset, ns: PartitionedNamespace, history: int | None) -> Outcome:
-    issues, uncommitted = health.check_read_versions(ns, history=history)
-    orphans = health.find_orphans(ns)
+    issues, uncommitted = check_read_versions(ns, history=history)
+    orphans = find_orphans(ns)
     return _read_versions_outcome(w, ns, issues, uncommitted, _spec_of(ns), orphans)
 
 
 def _read_versions_outcome(
     w: WatchedAsset,
     ns: PartitionedNamespace,
-    issues: Sequence[health.VersionIssue],
-    uncommitted: Sequence[health.UncommittedVersion],
+    issues: Sequence[VersionIssue],
+    uncommitted: Sequence[UncommittedVersion],
     specs: dict[str, int],
-    orphans: Sequence[health.Orphan] | None,
+    orphans: Sequence[Orphan] | None,
 ) -> Outcome:
     """The read-version check's result on the tables ``specs`` lists (and the namespace's
     orphan tables, unless ``orphans`` is None: not looked for)."""
@@ -281,7 +295,7 @@ def _read_versions_outcome(
         parts.append(
             f"{len(orphans)} orphan table(s), the oldest {oldest:.1f} h old "
             f"({len(stale)} older than vacuum's grace of "
-            f"{health.ORPHAN_GRACE.total_seconds() / 3600:g} h)"
+            f"{ORPHAN_GRACE.total_seconds() / 3600:g} h)"
         )
     return _result(
         not issues and not uncommitted and not stale,
@@ -302,13 +316,13 @@ def _read_versions_outcome(
 def _integrity(w: WatchedAsset, ns: PartitionedNamespace, sample: int | None) -> Outcome:
     specs = _spec_of(ns)
     checked = len(specs) if sample is None else min(sample, len(specs))
-    return _integrity_outcome(w, ns, health.check_integrity(ns, sample=sample), specs, checked)
+    return _integrity_outcome(w, ns, check_integrity(ns, sample=sample), specs, checked)
 
 
 def _integrity_outcome(
     w: WatchedAsset,
     ns: PartitionedNamespace,
-    issues: Sequence[health.IntegrityIssue],
+    issues: Sequence[IntegrityIssue],
     specs: dict[str, int],
     checked: int,
 ) -> Outcome:
@@ -548,13 +562,11 @@ def _per_key(
     entries = snapshot.entries(snapshot.rows_by_id(wanted)) if wanted else []
     state = NamespaceState(ns.state.store, _Narrowed(snapshot, entries), pinned=True)
     spec_ids = {e.object_id: e.spec_id for e in entries}
-    schema_issues = health.check_schemas(state) if "schema" in chosen else []
+    schema_issues = check_schemas(state) if "schema" in chosen else []
     version_issues, uncommitted = (
-        health.check_read_versions(state, history=history)
-        if "read_versions" in chosen
-        else ([], [])
+        check_read_versions(state, history=history) if "read_versions" in chosen else ([], [])
     )
-    integrity_issues = health.check_integrity(state, sample=None) if "integrity" in chosen else []
+    integrity_issues = check_integrity(state, sample=None) if "integrity" in chosen else []
     out: dict[str, dict[str, Outcome]] = {}
     for key in keys:
         mine = set(tables[key])

@@ -6,14 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.errors import (
-    EvolutionRefusedError as EvolutionRefusedError,  # raised by the core for the IO manager
-)
-from ..core.errors import (
-    IndexDeclarationError,
-    PartitionedNamespaceError,
-    WriteError,
-)
+from ..core import EvolutionRefusedError as EvolutionRefusedError
+from ..core import IndexDeclarationError, PartitionedNamespaceError, WriteError
 
 
 class InvalidAssetKeyError(PartitionedNamespaceError):

@@ -19,10 +19,14 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 
-from ..core.namespace import PartitionedNamespace
-from ..core.row_changes import MergeOptions, RowChangeResult
-from ..core.transaction import Transaction
-from ..core.write import WriteMode, WriteResult
+from ..core import (
+    MergeOptions,
+    PartitionedNamespace,
+    RowChangeResult,
+    Transaction,
+    WriteMode,
+    WriteResult,
+)
 from .errors import UnsupportedTypeError
 
 T = TypeVar("T")

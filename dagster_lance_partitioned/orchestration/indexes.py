@@ -26,14 +26,24 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from ..core.errors import IndexBuildError, IndexDeclarationError
-from ..core.manifest.state import state_of
-from ..core.namespace import PartitionedNamespace
-from ..core.read.planning import ScanTask
-from ..core.schema.arrow_json import normalize_schema
-from ..core.search.build import TableIndexState
-from ..core.search.catalog import IndexCoverage, declared, summarize, table_states
-from ..core.search.declaration import IndexDeclaration, canonical_type, declare
+from ..core import (
+    IndexBuildError,
+    IndexCoverage,
+    IndexDeclarationError,
+    PartitionedNamespace,
+    ScanTask,
+)
+from ..core.engine import (
+    IndexDeclaration,
+    TableIndexState,
+    canonical_type,
+    normalize_schema,
+    state_of,
+)
+from ..core.engine import declare_index as declare
+from ..core.engine import declared_indexes as declared
+from ..core.engine import index_table_states as table_states
+from ..core.engine import summarize_indexes as summarize
 from .errors import IndexDeclarationConflictError, IndexMetadataError
 from .metadata_keys import INDEX_PARTITIONS_NEEDING, INDEX_UNINDEXED_ROWS, INDEXES, scoped
 

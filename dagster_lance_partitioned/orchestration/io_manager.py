@@ -21,22 +21,28 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
-from ..core.adoption import Adoption, open_or_create, plan_adoption, write_adopting
-from ..core.errors import (
+from ..core import (
+    MergeOptions,
+    PartitionedNamespace,
     PartitionedNamespaceError,
+    PartitionField,
+    RowChangeResult,
+    ScanPlan,
     StorageError,
     UnnamedPartitionError,
     WriteError,
-    clean_message,
+    WriteResult,
 )
-from ..core.namespace import PartitionedNamespace
-from ..core.read.planning import ScanPlan
-from ..core.row_changes import RowChangeResult
-from ..core.row_changes.merge import MergeOptions
-from ..core.schema.arrow_json import normalize_schema
-from ..core.spec.partition_by import parse_partition_by
-from ..core.spec.partition_spec import PartitionField
-from ..core.write import WriteResult, check_mode
+from ..core.engine import (
+    Adoption,
+    check_mode,
+    clean_message,
+    normalize_schema,
+    open_or_create,
+    parse_partition_by,
+    plan_adoption,
+    write_adopting,
+)
 from .dagster_private import input_instance, is_partitioned_step
 from .errors import (
     MissingUpstreamPartitionsError,

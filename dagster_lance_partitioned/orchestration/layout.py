@@ -12,10 +12,8 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from ..core.errors import PartitionedNamespaceError, SpecError
-from ..core.read.filters import quote_ident, sql_literal
-from ..core.spec.partition_spec import PartitionField
-from ..core.spec.windows import TimeWindow, as_source, is_zoned, window_values
+from ..core import PartitionedNamespaceError, PartitionField, SpecError, TimeWindow
+from ..core.engine import as_source, is_zoned, quote_ident, sql_literal, window_values
 from .errors import PartitionLayoutError
 
 # by the name of the cadence the public ``schedule_type`` property returns (an enum Dagster

@@ -12,10 +12,15 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
-from ..core.manifest.commit_summary import PROP_DAGSTER_ASSET_KEY, PROP_DAGSTER_RUN_ID, PROP_SOURCE
-from ..core.namespace import PartitionedNamespace
-from ..core.read.filters import quote_ident, sql_literal
-from ..core.search.catalog import declared
+from ..core import PartitionedNamespace
+from ..core.engine import (
+    PROP_DAGSTER_ASSET_KEY,
+    PROP_DAGSTER_RUN_ID,
+    PROP_SOURCE,
+    quote_ident,
+    sql_literal,
+)
+from ..core.engine import declared_indexes as declared
 from .errors import RetentionRuleError
 from .indexes import coverage_metadata
 from .metadata_keys import MAINTENANCE, MANIFEST_VERSION, ROWS_DELETED

@@ -14,11 +14,8 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from ..core.concurrency import parallel_map
-from ..core.namespace import PartitionedNamespace
-from ..core.read.scan import open_table
-from ..core.row_changes import RowChangeResult
-from ..core.write import WriteResult
+from ..core import PartitionedNamespace, RowChangeResult, WriteResult
+from ..core.engine import open_table, parallel_map
 from .dagster_private import (
     add_partition_metadata,
     emit_in_order,

@@ -14,20 +14,17 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from ..core.errors import MergeKeyError, WriteError
-from ..core.manifest.commit_summary import (
+from ..core import MergeKeyError, MergeOptions, WriteError
+from ..core.engine import (
     PROP_DAGSTER_ASSET_KEY,
     PROP_DAGSTER_PARTITION_KEYS,
     PROP_DAGSTER_RUN_ID,
     PROP_SOURCE,
-)
-from ..core.row_changes.merge import (
     WHEN_MATCHED,
     WHEN_NOT_MATCHED,
     WHEN_NOT_MATCHED_BY_SOURCE,
-    MergeOptions,
+    WRITE_MODES,
 )
-from ..core.write import WRITE_MODES
 from .errors import PartitionKeyMismatchError
 from .handlers import ArrowTableHandler, TypeHandler, WriteTarget
 from .indexes import IndexRequest, index_requests

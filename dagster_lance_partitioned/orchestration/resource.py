@@ -23,11 +23,8 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field
 
-from ..core import storage
-from ..core.errors import NamespaceNotFoundError
-from ..core.namespace import PartitionedNamespace
-from ..core.read.filters import FilterLike
-from ..core.search.catalog import IndexCoverage
+from ..core import IndexCoverage, NamespaceNotFoundError, PartitionedNamespace
+from ..core.engine import MANIFEST_DIR, FilterLike, join_uri, list_files, manifest_exists
 from .errors import InvalidAssetKeyError, NestedAssetError, StorageRootError
 
 # an asset key part usable as one directory name: letters, digits, '_' and '-', with '.' only
@@ -138,14 +135,14 @@ def check_not_nested(
     shown = asset_key.to_user_string()
     for depth in range(1, len(parts)):
         outer = dg.AssetKey(parts[:depth])
-        manifest = storage.join(namespace_uri(root, outer), storage.MANIFEST_DIR)
-        if storage.manifest_exists(manifest, storage_options):
+        manifest = join_uri(namespace_uri(root, outer), MANIFEST_DIR)
+        if manifest_exists(manifest, storage_options):
             raise _nested(shown, outer.to_user_string(), inner=shown)
     uri = namespace_uri(root, asset_key)
-    for f in storage.list_files(uri, storage_options):
+    for f in list_files(uri, storage_options):
         segments = f.path.split("/")
-        if storage.MANIFEST_DIR in segments[1:]:
-            below = segments[: segments.index(storage.MANIFEST_DIR, 1)]
+        if MANIFEST_DIR in segments[1:]:
+            below = segments[: segments.index(MANIFEST_DIR, 1)]
             inner = dg.AssetKey([*parts, *below]).to_user_string()
             raise _nested(shown, inner, inner=inner)
 
@@ -170,7 +167,7 @@ def check_asset_key(asset_key: dg.AssetKey) -> None:
     if not asset_key.path:
         raise InvalidAssetKeyError(f"asset key {shown} has no parts", shown, "")
     for part in asset_key.path:
-        if part == storage.MANIFEST_DIR:
+        if part == MANIFEST_DIR:
             raise InvalidAssetKeyError(
                 f"asset key {shown}: part {part!r} is the name of a namespace's catalog table "
                 "and cannot be a directory under the IO manager root. Nothing was read or "

@@ -14,9 +14,9 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from ..core.manifest.commit_summary import Operation
-from ..core.ops.history import Commit, commits
-from ..core.schema.arrow_json import field_id
+from ..core import Commit, Operation
+from ..core.engine import commit_history as commits
+from ..core.engine import field_id
 from .maintenance import MAINTENANCE_SOURCE
 from .metadata import column_schema
 from .metadata_keys import EXTERNAL, MANIFEST_VERSION, OPERATION, SCHEMA_CHANGES, WRITER
@@ -303,10 +303,9 @@ def _drift(ns: Any) -> _Drift:
     (nullable, one type everywhere) can be adopted into the namespace schema."""
     import lance
 
-    from ..core import storage
-    from ..core.ops import health
+    from ..core.engine import check_schemas, table_uri
 
-    issues = health.check_schemas(ns)
+    issues = check_schemas(ns)
     known = set(ns.schema.names)
     pins = {p["object_id"]: p for p in ns.inspect.partitions()}
     found: dict[str, set[pa.DataType]] = {}
@@ -315,7 +314,7 @@ def _drift(ns: Any) -> _Drift:
             continue
         pin = pins[issue.object_id]
         table = lance.dataset(
-            storage.table_uri(ns.uri, pin["location"], issue.object_id),
+            table_uri(ns.uri, pin["location"], issue.object_id),
             version=pin["read_version"],
             storage_options=ns.storage_options,
         )

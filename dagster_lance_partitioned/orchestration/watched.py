@@ -9,8 +9,7 @@ from typing import Any
 
 import dagster as dg
 
-from ..core.errors import NamespaceNotFoundError
-from ..core.namespace import PartitionedNamespace
+from ..core import NamespaceNotFoundError, PartitionedNamespace
 from .indexes import IndexRequest, index_requests
 from .io_manager import LancePartitionedIOManager
 from .layout import Layout

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..core.errors import PartitionedNamespaceError
+from ..core import PartitionedNamespaceError
 
 
 class SparkOptionError(PartitionedNamespaceError, ValueError):

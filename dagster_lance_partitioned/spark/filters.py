@@ -35,7 +35,7 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from ..core.read.filters import quote_ident
+from ..core.engine import quote_ident
 
 _COMPARISONS: dict[type, str] = {
     EqualTo: "=",

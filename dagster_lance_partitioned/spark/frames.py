@@ -11,15 +11,26 @@ from typing import Any, Literal
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 
-from ..core.errors import WriteError
-from ..core.manifest.changes import Changes, apply_to, commit_changes
-from ..core.manifest.state import NamespaceState
-from ..core.read.filters import FilterLike
-from ..core.row_changes import MergeOptions, RowChangeResult
-from ..core.spec.partition_spec import PartitionSpec, source_names, source_types
-from ..core.spec.transforms import Granularity
-from ..core.write import WRITE_MODES, WriteMode, WriteResult
-from ..core.write.staged import StagedWrite
+from ..core import (
+    Changes,
+    MergeOptions,
+    NamespaceState,
+    PartitionSpec,
+    RowChangeResult,
+    WriteError,
+    WriteMode,
+    WriteResult,
+)
+from ..core.engine import (
+    WRITE_MODES,
+    FilterLike,
+    Granularity,
+    StagedWrite,
+    commit_changes,
+    source_names,
+    source_types,
+)
+from ..core.engine import apply_changes as apply_to
 from . import options as opt
 from .merge import merge_dataframe
 from .result import find_result, package_error
@@ -108,7 +119,7 @@ def write_dataframe(
 
     ``mode="merge"`` upserts instead, distributed, into an existing namespace and returns a
     :class:`RowChangeResult`: ``on`` is the key column(s) (the default options) or a
-    :class:`~dagster_lance_partitioned.core.row_changes.MergeOptions`, as for
+    :class:`~dagster_lance_partitioned.core.row_changes.merge.MergeOptions`, as for
     :func:`~dagster_lance_partitioned.spark.merge.merge_dataframe`. An option of one kind of
     mode given with the other (``on`` with a write mode; ``partition_by``, ``partition_values``
     or ``changes`` with a merge, whose partitions are limited with ``MergeOptions.confine``)

@@ -14,12 +14,16 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from ..core.errors import IndexBuildError
-from ..core.manifest.registration import TableVersion
-from ..core.namespace import PartitionedNamespace
-from ..core.read.filters import FilterLike
-from ..core.search import catalog
-from ..core.search.catalog import IndexCoverage, Reindex
+from ..core import IndexBuildError, IndexCoverage, PartitionedNamespace
+from ..core.engine import (
+    FilterLike,
+    IndexRunner,
+    Reindex,
+    TableVersion,
+    create_index,
+    index_coverages,
+    optimize_indexes,
+)
 from .result import carried, package_error
 
 _PAYLOAD = "revision"
@@ -47,7 +51,7 @@ def build_indexes(
         index_type = params.pop("index_type", None)
         name = params.pop("name", None)
         min_rows = params.pop("min_rows", None)
-        catalog.create_index(
+        create_index(
             ns,
             str(column),
             str(index_type),
@@ -56,11 +60,11 @@ def build_indexes(
             params=params,
             runner=runner,
         )
-    catalog.optimize_indexes(ns, filter, runner=runner)
-    return catalog.coverages(ns.refresh())
+    optimize_indexes(ns, filter, runner=runner)
+    return index_coverages(ns.refresh())
 
 
-def _runner(spark: SparkSession, uri: str) -> catalog.Runner:
+def _runner(spark: SparkSession, uri: str) -> IndexRunner:
     def run(job: Reindex) -> list[TableVersion]:
         if not job.tasks:
             return []
@@ -72,7 +76,7 @@ def _runner(spark: SparkSession, uri: str) -> catalog.Runner:
             for batch in batches:
                 out = []
                 for i in batch.column(0).to_pylist():
-                    made = job.one(job.tasks[int(i)])
+                    made = job.new_version(job.tasks[int(i)])
                     out.append(pickle.dumps(made) if made is not None else None)
                 yield pa.RecordBatch.from_arrays([pa.array(out, pa.binary())], [_PAYLOAD])
 

@@ -22,7 +22,7 @@ one partition, so the tasks check the keys for duplicates and NULLs themselves; 
 separate Spark job checks them first (a grouped count, at most one row back).
 
 The driver collects the messages and registers every table in one ``__manifest`` commit
-(:func:`~dagster_lance_partitioned.core.row_changes.commit_outcomes`). When a concurrent commit
+(:func:`~dagster_lance_partitioned.core.engine.commit_outcomes`). When a concurrent commit
 changed a partition the merge touched (or created one it creates), the merge is made again on
 the new state, up to :data:`MAX_ATTEMPTS` times, then :class:`CommitConflictError`; a change is
 never lost. Package errors raised in the tasks reach the caller with their own class."""
@@ -39,21 +39,30 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from ..core.errors import CommitConflictError, MergeKeyError, WriteError
-from ..core.manifest.naming import NAMING_KEY, ensure_naming_key
-from ..core.manifest.registration import TableVersion
-from ..core.manifest.state import NamespaceState
-from ..core.namespace import PartitionedNamespace
-from ..core.row_changes import (
-    Counts,
+from ..core import (
+    CommitConflictError,
+    MergeKeyError,
+    MergeOptions,
+    NamespaceState,
+    PartitionedNamespace,
     RowChangeResult,
     StaleChangeError,
-    commit_outcomes,
+    WriteError,
 )
-from ..core.row_changes.merge import MergeOptions, check_input_schema, duplicate_key_error
-from ..core.row_changes.plan import ChangePlan, keys_cover_partitions, source_names
-from ..core.schema import arrow_json
-from ..core.search.catalog import declared
+from ..core.engine import (
+    NAMING_KEY,
+    ChangePlan,
+    Counts,
+    TableVersion,
+    check_input_schema,
+    commit_outcomes,
+    duplicate_key_error,
+    ensure_naming_key,
+    keys_cover_partitions,
+    strip_field_ids,
+)
+from ..core.engine import declared_indexes as declared
+from ..core.engine import spec_source_columns as source_names
 from .merge_job import AWAY, HOME, KIND, ROUTE, ROUTE_COLUMNS, MergeJob
 from .result import package_error
 from .session import activate, functions_of
@@ -76,8 +85,8 @@ def merge_dataframe(
 ) -> RowChangeResult:
     """Merge the rows of ``df`` into the namespace at ``uri`` in one manifest commit,
     distributed (see the module doc), on the key column(s) ``on`` with the default options or
-    as a :class:`~dagster_lance_partitioned.core.row_changes.MergeOptions` says. Semantics of
-    :func:`~dagster_lance_partitioned.core.row_changes.merge_rows`: matched keys updated or
+    as a :class:`~dagster_lance_partitioned.core.row_changes.merge.MergeOptions` says. Semantics of
+    :func:`~dagster_lance_partitioned.core.row_changes.merge.merge_rows`: matched keys updated or
     ignored, new keys inserted or ignored, moved keys deleted from their old partition,
     ``when_not_matched_by_source="delete"`` limited to the partitions the input touches or to
     ``scope``; keys must be unique and not NULL (:class:`DuplicateKeyError` /
@@ -205,7 +214,7 @@ def run_job(
         check_unique_keys(routed, on)
     left = routed.withColumn(AWAY, F.lit(False))
     right: DataFrame | None = None
-    plain = arrow_json.strip_field_ids(job.schema)
+    plain = strip_field_ids(job.schema)
     key_fields = [StructField(k, spark_type(plain.field(k).type, k), True) for k in on]
     if job.search:
         stored_schema = StructType([*key_fields, _string(HOME)])

@@ -15,7 +15,7 @@ its object id for tables of older specs.
   rows are in one task) takes per route the input rows (``__dlp_away`` marks keys stored in
   another partition) and the keys that moved out of it, and merges them into the table's
   pinned version as one detached Lance version (or creates the new partition's table) with
-  the core's :class:`~dagster_lance_partitioned.core.row_changes.TableExecutor`, the task's
+  the core's :class:`~dagster_lance_partitioned.core.engine.TableExecutor`, the task's
   tables in threads. It returns one small message per table (a pickled :class:`TableVersion`
   and counts); the driver commits them in one manifest commit."""
 
@@ -30,25 +30,29 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..core.concurrency import parallel_map, table_threads
-from ..core.manifest import stats
-from ..core.manifest.naming import derived_name, keyed_name
-from ..core.manifest.registration import TableVersion
-from ..core.read.planning import ScanTask
-from ..core.row_changes import (
+from ..core import MergeOptions, PartitionSpec, ScanTask
+from ..core.engine import (
     Counts,
-    MergeOptions,
+    IndexDeclaration,
+    SpecEvaluator,
     TableEdit,
     TableExecutor,
+    TableVersion,
+    anti_join_keys,
+    check_keys,
+    check_null_keys,
+    confined_error,
+    conform_for_write,
+    derived_name,
+    distinct_keys,
+    keyed_name,
     new_table_location,
+    parallel_map,
+    strip_field_ids,
+    table_statistics,
+    table_threads,
+    table_write_schema,
 )
-from ..core.row_changes import keys as K
-from ..core.row_changes.merge import check_keys, check_null_keys, confined_error
-from ..core.schema import arrow_json
-from ..core.schema.conform import conform_for_write, table_write_schema
-from ..core.search.declaration import IndexDeclaration
-from ..core.spec.partition_spec import PartitionSpec
-from ..core.spec.partitioner import SpecEvaluator
 from .result import carried, key_text
 from .types import conform_batch
 
@@ -190,7 +194,7 @@ class MergeJob:
             location = new_table_location(self.spec, key, self.name_of)
             version = executor.create(location, rows)
             counts = Counts(int((write & ~away).sum()), int((write & away).sum()))
-            found = stats.of_table(rows, self.schema)
+            found = table_statistics(rows, self.schema)
             return TableVersion.new_table(key, location, version, rows.num_rows, found), counts
         change = TableEdit(on=tuple(on))
         moved = 0
@@ -208,9 +212,9 @@ class MergeJob:
         scoped = route in self.scoped if opts.scope is not None else data.num_rows > 0
         if opts.by_source and scoped:
             stored = executor.stored_keys(task, self.schema, on, opts.scope).select(on)
-            gone = K.anti(K.anti(stored, data.select(on), on), moved_in, on)
+            gone = anti_join_keys(anti_join_keys(stored, data.select(on), on), moved_in, on)
             if gone.num_rows:
-                change.delete_keys.append(K.distinct(gone, on))
+                change.delete_keys.append(distinct_keys(gone, on))
                 deleted = gone.num_rows
         applied = executor.apply(task, change, self.schema)
         outcome = TableVersion.of_task(
@@ -250,7 +254,7 @@ def _flags(left: pa.Table) -> np.ndarray:
 
 def _stored_keys(right: pa.Table, on: list[str], write_schema: pa.Schema) -> pa.Table:
     """The distinct non-NULL keys of a group's moved-out rows, in the key columns' types."""
-    plain = arrow_json.strip_field_ids(write_schema)
+    plain = strip_field_ids(write_schema)
     key_schema = pa.schema([plain.field(k).with_nullable(True) for k in on])
     if right.num_rows == 0 or not set(on) <= set(right.column_names):
         return key_schema.empty_table()
@@ -260,4 +264,4 @@ def _stored_keys(right: pa.Table, on: list[str], write_schema: pa.Schema) -> pa.
         valid = pc.and_(valid, pc.is_valid(keys.column(name)))
     keys = keys.filter(valid)
     keys = pa.table([pc.cast(keys.column(f.name), f.type) for f in key_schema], schema=key_schema)
-    return K.distinct(keys, on) if keys.num_rows else keys
+    return distinct_keys(keys, on) if keys.num_rows else keys

@@ -19,9 +19,8 @@ from typing import Any
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
-from ..core.errors import WriteError
-from ..core.write import PartitionWriter
-from ..core.write.staged import StagedPartition, StageResult
+from ..core import WriteError
+from ..core.engine import PartitionWriter, StagedPartition, StageResult
 
 FORMAT_VERSION = 1
 COMPRESSION_LEVEL = 6

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from ..core.read.filters import FilterLike, to_sql
+from ..core.engine import FilterLike, to_sql
 from .errors import SparkOptionError
 
 FORMAT = "lance_partitioned"

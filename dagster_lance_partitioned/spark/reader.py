@@ -25,10 +25,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
-from ..core.namespace import PartitionedNamespace
-from ..core.read.planning import ScanPlan, ScanTask
-from ..core.read.scan import iter_task_batches, lance_filter, open_table
-from ..core.schema.arrow_json import strip_field_ids
+from ..core import PartitionedNamespace, ScanPlan, ScanTask
+from ..core.engine import iter_task_batches, lance_filter, open_table, strip_field_ids
 from . import options as opt
 from .filters import translate
 from .types import arrow_schema, conform_batch

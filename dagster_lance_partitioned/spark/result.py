@@ -28,11 +28,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from ..core.errors import PartitionedNamespaceError, WriteError
-from ..core.manifest.store import ManifestStore
-from ..core.namespace import PartitionedNamespace
-from ..core.write import PartitionWrite, WriteResult, check_mode
-from ..core.write.staged import StageResult
+from ..core import (
+    PartitionedNamespace,
+    PartitionedNamespaceError,
+    PartitionWrite,
+    WriteError,
+    WriteResult,
+)
+from ..core.engine import ManifestStore, StageResult, check_mode
 
 RESULT_PROPERTY = "spark.result"  # stored as dlp.spark.result
 WRITE_ID_PROPERTY = "write_id"  # set by the core for every staged write (dlp.write_id)

@@ -38,9 +38,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
 from pyspark.sql.types import StructType
 
-from ..core.errors import SchemaError
-from ..core.namespace import PartitionedNamespace
-from ..core.schema.arrow_json import strip_field_ids
+from ..core import PartitionedNamespace, SchemaError
+from ..core.engine import strip_field_ids
 from . import options as opt
 from .reader import LancePartitionedReader, ReadOptions
 from .types import spark_schema

@@ -30,8 +30,8 @@ from pyspark.sql.types import (
     TimeType,
 )
 
-from ..core.errors import SchemaError
-from ..core.schema.arrow_json import is_list_like
+from ..core import SchemaError
+from ..core.engine import is_list_like
 
 # Spark has no unsigned integers: each is read as the next wider signed type (uint64 as an
 # exact decimal), and written back with a checked cast.

@@ -46,12 +46,8 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from ..core.errors import NamespaceNotFoundError, WriteError
-from ..core.manifest.changes import Changes
-from ..core.namespace import PartitionedNamespace
-from ..core.spec.partition_by import parse_partition_by
-from ..core.write import WriteMode
-from ..core.write.staged import StagedWrite
+from ..core import Changes, NamespaceNotFoundError, PartitionedNamespace, WriteError, WriteMode
+from ..core.engine import StagedWrite, parse_partition_by
 from . import options as opt
 from .errors import ScatteredWriteWarning, SparkOptionError
 from .messages import pack, unpack

@@ -24,9 +24,9 @@ from helpers.data import SCHEMA, sample_table
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.cli import parse, parse_arrow_type
-from dagster_lance_partitioned.core.manifest.store import base_manifest_schema
+from dagster_lance_partitioned.core.manifest.layout import base_manifest_schema
+from dagster_lance_partitioned.core.partitioning.windows import TimeWindow
 from dagster_lance_partitioned.core.schema import arrow_json
-from dagster_lance_partitioned.core.spec.windows import TimeWindow
 
 LONG_COUNTRY = "Z" * 150
 BIN_DIR = Path(sys.executable).parent
@@ -800,7 +800,7 @@ def test_windows_described(capsys, window_ns):
 
 
 def test_window_text_offsets_and_wall_clock():
-    from dagster_lance_partitioned.core.spec.describe import window_text
+    from dagster_lance_partitioned.core.partitioning.describe import window_text
 
     zoned, naive = pa.timestamp("us", tz="UTC"), pa.timestamp("us")
     assert window_text(TimeWindow("hour", "Asia/Kolkata", 30), zoned) == (

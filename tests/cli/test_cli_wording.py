@@ -17,7 +17,7 @@ import pytest
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.cli import main
 from dagster_lance_partitioned.cli.inspect import writer_flag_bits
-from dagster_lance_partitioned.core.manifest.store import WRITER_FLAG_KEY
+from dagster_lance_partitioned.core.manifest.layout import WRITER_FLAG_KEY
 
 SCHEMA = pa.schema([("id", pa.int64()), ("origin", pa.utf8()), ("day", pa.date32())])
 ROWS = pa.table(

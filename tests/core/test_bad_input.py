@@ -32,7 +32,7 @@ from helpers.names import ACCEPTED, REFUSED_EVERYWHERE, REFUSED_TOP_LEVEL
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import FilterError, SchemaError, UpdateExpressionError
-from dagster_lance_partitioned.core.read.filters import quote_ident
+from dagster_lance_partitioned.core.expr.filters import quote_ident
 from dagster_lance_partitioned.orchestration import LancePartitionedIOManager
 
 BY_K = [PartitionField.identity("k")]

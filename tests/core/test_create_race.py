@@ -16,7 +16,8 @@ from helpers.data import SCHEMA, fingerprint, sample_table
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import NamespaceExistsError
-from dagster_lance_partitioned.core.manifest.store import ManifestStore, base_manifest_schema
+from dagster_lance_partitioned.core.manifest.layout import base_manifest_schema
+from dagster_lance_partitioned.core.manifest.store import ManifestStore
 from dagster_lance_partitioned.core.ops.hive import import_hive
 
 FIELDS = [PartitionField.identity("country")]

@@ -23,7 +23,7 @@ from dagster_lance_partitioned import (
     UnknownTransformError,
     WriteError,
 )
-from dagster_lance_partitioned.core.read.filters import FilterError
+from dagster_lance_partitioned.core.expr.filters import FilterError
 
 
 @pytest.fixture

@@ -15,11 +15,8 @@ from helpers.data import SCHEMA, file_hashes, fingerprint, sample_table
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core import storage
 from dagster_lance_partitioned.core.errors import PathEscapeError
-from dagster_lance_partitioned.core.manifest.store import (
-    ManifestEdit,
-    ManifestSnapshot,
-    ManifestStore,
-)
+from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
+from dagster_lance_partitioned.core.manifest.store import ManifestEdit, ManifestStore
 
 _tree = file_hashes
 

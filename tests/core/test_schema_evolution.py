@@ -16,19 +16,15 @@ from helpers.data import SCHEMA, fingerprint, sample_table, sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import SchemaError, SchemaMismatchError, WriteError
-from dagster_lance_partitioned.core.manifest.store import (
-    SCHEMA_KEY,
-    ManifestEdit,
-    ManifestSnapshot,
-    ManifestStore,
-)
-from dagster_lance_partitioned.core.schema.conform import FIELD_IDS_KEY
-from dagster_lance_partitioned.core.schema.evolution import is_widening
-from dagster_lance_partitioned.core.spec.partition_spec import (
+from dagster_lance_partitioned.core.evolution import is_widening
+from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
+from dagster_lance_partitioned.core.manifest.store import SCHEMA_KEY, ManifestEdit, ManifestStore
+from dagster_lance_partitioned.core.partitioning.partition_spec import (
     PartitionSpec,
     resolve_fields,
     specs_from_metadata,
 )
+from dagster_lance_partitioned.core.schema.conform import FIELD_IDS_KEY
 
 
 def make_ns(tmp_path, fields=None, schema=SCHEMA) -> PartitionedNamespace:

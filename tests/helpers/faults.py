@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from dagster_lance_partitioned.core.write import PartitionWriter, PendingPartition
+from dagster_lance_partitioned.core.write.pending import PendingPartition
+from dagster_lance_partitioned.core.write.writer import PartitionWriter
 
 Hook = Callable[[list[PendingPartition]], None]
 ROW_CHANGES = frozenset({"merge", "update", "delete"})  # commit property ``operation``

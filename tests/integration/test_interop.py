@@ -848,7 +848,7 @@ def test_legacy_writer_flag_opens_writes_and_upgrades(tmp_path: Path) -> None:
 
 
 def test_writer_flag_is_ored_into_existing_flags() -> None:
-    from dagster_lance_partitioned.core.manifest.store import writer_flags
+    from dagster_lance_partitioned.core.manifest.layout import writer_flags
 
     assert writer_flags(None) == str(1 << 62)
     assert writer_flags("1") == str(1 | 1 << 62)

@@ -120,7 +120,7 @@ def test_listing_stat_and_delete_on_s3_with_lance_option_names(
 
 
 def test_listings_and_deletes_are_one_listing_and_batched(
-    server: S3Server, counting: StripProxy, bucket: str, monkeypatch: pytest.MonkeyPatch
+    server: S3Server, counting: StripProxy, bucket: str, tune
 ) -> None:
     files = {f"ns/t/data/f{i:03d}.lance": b"x" for i in range(60)}
     files |= {f"ns/t/_versions/{i}.manifest": b"m" for i in range(5)}
@@ -140,7 +140,7 @@ def test_listings_and_deletes_are_one_listing_and_batched(
 
     # 60 data files, one missing: the directory is listed once instead of 61 HEADs, and the
     # deletes go in batches (of 25 here), several at a time
-    monkeypatch.setattr(storage, "_DELETE_BATCH", 25)
+    tune(delete_batch=25)
     before = requests(counting)
     doomed = [f"data/f{i:03d}.lance" for i in range(60)] + ["data/missing.lance"]
     assert storage.delete_files(table, doomed, opts) == 60

@@ -13,11 +13,8 @@ import pyarrow as pa
 import pytest
 
 from dagster_lance_partitioned import PartitionedNamespace
-from dagster_lance_partitioned.core.manifest.store import (
-    ManifestEdit,
-    ManifestSnapshot,
-    ManifestStore,
-)
+from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
+from dagster_lance_partitioned.core.manifest.store import ManifestEdit, ManifestStore
 from dagster_lance_partitioned.orchestration import LancePartitionedIOManager
 from dagster_lance_partitioned.orchestration.checks import build_lance_partitioned_checks
 

@@ -26,11 +26,8 @@ from helpers.interrupted import Interrupted, after_index_declared, interrupt
 
 from dagster_lance_partitioned import PartitionedNamespace
 from dagster_lance_partitioned.core.errors import IndexBuildError
-from dagster_lance_partitioned.core.manifest.store import (
-    ManifestEdit,
-    ManifestSnapshot,
-    ManifestStore,
-)
+from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
+from dagster_lance_partitioned.core.manifest.store import ManifestEdit, ManifestStore
 from dagster_lance_partitioned.core.ops.history import commits
 from dagster_lance_partitioned.orchestration import (
     LancePartitionedIOManager,

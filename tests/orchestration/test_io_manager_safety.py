@@ -23,7 +23,7 @@ from helpers.io_race_proc import DAILY, ROWS_PER_KEY, rows_for
 
 from dagster_lance_partitioned import PartitionedNamespace
 from dagster_lance_partitioned.core.errors import PartitionedNamespaceError, StorageError
-from dagster_lance_partitioned.core.spec.partition_by import parse_partition_by
+from dagster_lance_partitioned.core.partitioning.partition_by import parse_partition_by
 from dagster_lance_partitioned.orchestration import LancePartitionedIOManager
 from dagster_lance_partitioned.orchestration.errors import InvalidAssetKeyError
 

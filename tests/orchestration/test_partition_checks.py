@@ -22,11 +22,8 @@ from dagster._core.storage.tags import (
 from helpers.dagster_runs import range_tags
 
 from dagster_lance_partitioned import PartitionedNamespace
-from dagster_lance_partitioned.core.manifest.store import (
-    ManifestEdit,
-    ManifestSnapshot,
-    ManifestStore,
-)
+from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
+from dagster_lance_partitioned.core.manifest.store import ManifestEdit, ManifestStore
 from dagster_lance_partitioned.orchestration import (
     LancePartitionedIOManager,
     LancePartitionedResource,

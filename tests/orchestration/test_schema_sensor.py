@@ -14,11 +14,8 @@ import pytest
 from helpers.data import sorted_rows
 
 from dagster_lance_partitioned import PartitionedNamespace
-from dagster_lance_partitioned.core.manifest.store import (
-    ManifestEdit,
-    ManifestSnapshot,
-    ManifestStore,
-)
+from dagster_lance_partitioned.core.manifest.snapshot import ManifestSnapshot
+from dagster_lance_partitioned.core.manifest.store import ManifestEdit, ManifestStore
 from dagster_lance_partitioned.orchestration import LancePartitionedIOManager
 from dagster_lance_partitioned.orchestration.maintenance import (
     build_lance_maintenance_job,

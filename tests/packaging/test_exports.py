@@ -33,7 +33,7 @@ PACKAGE = top.__name__
 LAYERS = {"core": core, "orchestration": orchestration, "spark": spark, "cli": cli}
 # raised and caught inside the package, never reaching a caller
 INTERNAL_EXCEPTIONS = {
-    f"{PACKAGE}.core.read.predicates.NotRenderable",  # a predicate SQL cannot express: pruned less
+    f"{PACKAGE}.core.expr.predicates.NotRenderable",  # a predicate SQL cannot express: pruned less
     f"{PACKAGE}.core.manifest.edit.NothingToCommit",  # a commit plan with nothing to change
 }
 # fields of returned dataclasses that carry internal state (not compared, not shown)
@@ -252,7 +252,7 @@ def test_one_definition_per_public_class_name():
 
 
 def test_merge_options_are_the_cores():
-    from dagster_lance_partitioned.core.row_changes import MergeOptions
+    from dagster_lance_partitioned.core.row_changes.merge import MergeOptions
 
     assert orchestration.MergeOptions is MergeOptions
     assert top.MergeOptions is MergeOptions and core.MergeOptions is MergeOptions

@@ -62,25 +62,33 @@ def _with_parents(importer: str, target: str) -> Iterator[str]:
         yield name
 
 
-def _imports(module: str) -> set[str]:
+def _direct_imports(module: str) -> set[str]:
+    """What ``module`` imports itself (without the packages an import runs first)."""
     tree = ast.parse(MODULES[module].read_text(), str(MODULES[module]))
-    targets: set[str] = set()
+    found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = _absolute(module, node)
-            names = []
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                names.append(sub if sub in MODULES else base)
+            names = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
+            ]
         else:
             continue
         for name in names:
             if name == PACKAGE or name.startswith(PACKAGE + "."):
-                while name not in MODULES:  # an attribute path: its module
+                while name not in MODULES:
                     name = name.rpartition(".")[0]
-                targets.update(_with_parents(module, name))
+                found.add(name)
+    return found
+
+
+def _imports(module: str) -> set[str]:
+    """What importing ``module`` imports: its own imports and the packages they run first."""
+    targets: set[str] = set()
+    for name in _direct_imports(module):
+        targets.update(_with_parents(module, name))
     targets.discard(module)
     return targets
 
@@ -177,3 +185,67 @@ def test_core_imports_neither_dagster_nor_pyspark():
             for name in names:
                 top = name.split(".")[0]
                 assert top not in {"dagster", "pyspark", "dagster_pyspark"}, (module, name)
+
+
+def _folder(module: str) -> str | None:
+    """The folder of core holding ``module`` (None: a top-level module of core, or not core)."""
+    parts = module.split(".")
+    if parts[1:2] != ["core"] or len(parts) < 4:
+        return None
+    return parts[2]
+
+
+def _folder_pairs(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
+    """Pairs of core folders importing each other, with one import each way."""
+    edges: dict[tuple[str, str], str] = {}
+    for module, targets in graph.items():
+        for target in targets:
+            a, b = _folder(module), _folder(target)
+            if a and b and a != b:
+                edges.setdefault((a, b), f"{module} -> {target}")
+    return {(a, b): [edges[(a, b)], edges[(b, a)]] for (a, b) in edges if a < b and (b, a) in edges}
+
+
+def test_no_two_core_folders_import_each_other():
+    """Core is a one-way stack of folders: lazy and ``TYPE_CHECKING`` imports count."""
+    pairs = _folder_pairs({m: _direct_imports(m) for m in MODULES})
+    assert not pairs, f"core folders importing each other: {pairs}"
+
+
+def test_folder_pairs_are_found():
+    graph = {
+        f"{PACKAGE}.core.a.x": {f"{PACKAGE}.core.b.y"},
+        f"{PACKAGE}.core.b.y": {f"{PACKAGE}.core.a.z"},
+        f"{PACKAGE}.core.a.z": set(),
+    }
+    assert list(_folder_pairs(graph)) == [("a", "b")]
+
+
+DOORS = {PACKAGE, f"{PACKAGE}.core", f"{PACKAGE}.core.engine", f"{PACKAGE}.core.errors"}
+
+
+def test_outer_layers_enter_core_only_through_its_doors():
+    """The Dagster layer, Spark and the CLI import core only from the public facade
+    (``core``, its ``errors``) and ``core.engine``: every other core module is internal."""
+    through: dict[str, list[str]] = {}
+    for module in MODULES:
+        layer = module.split(".")[1] if module.count(".") else ""
+        if layer in ("", "core") or module == PACKAGE:
+            continue
+        for target in _direct_imports(module):
+            if target.startswith(f"{PACKAGE}.core") and target not in DOORS:
+                through.setdefault(module, []).append(target)
+    assert not through, f"imports of core's internals: {through}"
+
+
+def test_core_packages_export_nothing():
+    """One rule for core's folders: their ``__init__`` is a docstring, nothing re-exported."""
+    for module, path in MODULES.items():
+        if _folder(module + ".x") and path.name == "__init__.py" and module != f"{PACKAGE}.core":
+            body = ast.parse(path.read_text()).body
+            code = [
+                n
+                for n in body
+                if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+            ]
+            assert not code, f"{module} re-exports: {[ast.unparse(n)[:60] for n in code]}"

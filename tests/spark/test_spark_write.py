@@ -24,8 +24,8 @@ from dagster_lance_partitioned import (
 )
 from dagster_lance_partitioned.core.errors import NamespaceNotFoundError, PartitionByError
 from dagster_lance_partitioned.core.manifest.store import ManifestStore
-from dagster_lance_partitioned.core.spec.partition_by import parse_partition_by
-from dagster_lance_partitioned.core.spec.transforms import Bucket, Identity, Year
+from dagster_lance_partitioned.core.partitioning.partition_by import parse_partition_by
+from dagster_lance_partitioned.core.partitioning.transforms import Bucket, Identity, Year
 from dagster_lance_partitioned.core.write.staged import StagedWrite
 from dagster_lance_partitioned.spark import FORMAT, write_dataframe
 from dagster_lance_partitioned.spark.result import Summary, find_result

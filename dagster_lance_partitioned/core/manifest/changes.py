@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import lance
 
 from ..errors import CommitConflictError
-from ..spec.partition_spec import specs_from_metadata
+from ..partitioning.partition_spec import specs_from_metadata
 from .commit_summary import PROP_STEPS, PROP_TRANSACTION, CommitSummary, Operation
 from .edit import ManifestEdit, NothingToCommit
+from .snapshot import ManifestSnapshot
 from .state import NamespaceState, load_snapshot
-from .store import COMMIT_TIMEOUT_SECONDS, ManifestSnapshot, ManifestStore
+from .store import COMMIT_TIMEOUT_SECONDS, ManifestStore
 
 log = logging.getLogger(__name__)
 

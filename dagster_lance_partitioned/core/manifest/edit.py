@@ -20,17 +20,15 @@ from lance.dataset import Transaction
 from lance.fragment import write_fragments
 
 from ..errors import ManifestError
+from ..tuning import tuning
 from .retire import Use
 
 log = logging.getLogger(__name__)
 
 _OFFSET_MASK = (1 << 32) - 1  # a row address is (fragment id << 32) | row offset
 
-# Upkeep thresholds (see docs/explanation/benchmarks.md, commit scale): compact when this many
-# fragments have accumulated; index the manifest from this many rows; fold new fragments into the
-# indexes once this many are unindexed.
-COMPACT_MIN_FRAGMENTS = 8
-INDEX_MIN_ROWS = 5_000
+# Fold new fragments into the manifest's indexes once this many are unindexed (the other upkeep
+# thresholds are core.tuning's; see docs/explanation/benchmarks.md, commit scale).
 INDEX_MAX_UNINDEXED_FRAGMENTS = 16
 
 
@@ -97,7 +95,7 @@ class ManifestEdit:
 
 class ManifestRows(Protocol):
     """What a transaction is built from: one manifest version and lookups of its rows (a
-    :class:`~.store.ManifestSnapshot`)."""
+    :class:`~.snapshot.ManifestSnapshot`)."""
 
     dataset: lance.LanceDataset
     version: int
@@ -214,7 +212,7 @@ def upkeep(ds: lance.LanceDataset) -> lance.LanceDataset:
     the next commit tries again): merge accumulated small fragments and materialise deletions,
     create the scalar indexes once the manifest is large, and fold new fragments into them."""
     with contextlib.suppress(lance.commit.CommitConflictError, OSError, ValueError, RuntimeError):
-        if len(ds.get_fragments()) >= COMPACT_MIN_FRAGMENTS:
+        if len(ds.get_fragments()) >= tuning().compact_min_fragments:
             ds.optimize.compact_files(
                 materialize_deletions=True, materialize_deletions_threshold=0.1
             )
@@ -230,7 +228,7 @@ def _options(ds: lance.LanceDataset) -> dict[str, str] | None:
 def _index(ds: lance.LanceDataset) -> lance.LanceDataset:
     """Scalar indexes on a large manifest: BTree on ``object_id`` and the partition columns,
     bitmap on ``object_type``; created once, then updated incrementally."""
-    if ds.count_rows() < INDEX_MIN_ROWS:
+    if ds.count_rows() < tuning().index_min_rows:
         return ds
     indices = ds.describe_indices()
     have = {name for index in indices for name in index.field_names}

@@ -20,7 +20,9 @@ from typing import Any, Protocol
 
 from .commit_summary import CommitSummary, Operation
 from .edit import ManifestEdit
-from .store import ManifestSnapshot, ManifestStore, random_name, table_location
+from .layout import random_name, table_location
+from .snapshot import ManifestSnapshot
+from .store import ManifestStore
 
 NAMING_KEY = "dlp.naming_key"
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"

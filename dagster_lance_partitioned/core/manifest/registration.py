@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from ..read.planning import ScanTask
-from ..spec.partition_spec import PartitionSpec
+from ..partitioning.partition_spec import PartitionSpec
 from .edit import ManifestEdit
+from .layout import SEP, TABLE_NAME
 from .retire import Use
+from .snapshot import TableEntry
 from .stats import STATS_COLUMN, TableStats, stats_field
-from .store import SEP, TABLE_NAME, TableEntry
 
 Key = tuple[Any, ...]  # a partition's values, in its spec's field order
 NameOf = Callable[[Key], str]  # the name of a new partition namespace at a key prefix
@@ -39,6 +39,21 @@ def pin_of(entry: TableEntry) -> Pin:
     """The pin of a registered table."""
     rv = None if entry.read_version is None else int(entry.read_version)
     return Pin(rv, entry.read_branch, entry.read_tag)
+
+
+class PinnedTable(Protocol):
+    """A registered table as a scan plan lists it (a :class:`~..read.planning.ScanTask`)."""
+
+    @property
+    def object_id(self) -> str: ...
+    @property
+    def location(self) -> str: ...
+    @property
+    def read_version(self) -> int | None: ...
+    @property
+    def read_branch(self) -> str | None: ...
+    @property
+    def read_tag(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -63,7 +78,7 @@ class TableVersion:
     @classmethod
     def of_task(
         cls,
-        task: ScanTask,
+        task: PinnedTable,
         version: int,
         rows: int | None = None,
         changed: bool = True,

@@ -40,7 +40,7 @@ MAX_MARKS_BYTES = 64 * 1024  # larger retirements are stored by location, then a
 
 
 class Snapshot(Protocol):
-    """A manifest version (a :class:`~.store.ManifestSnapshot`): its table metadata."""
+    """A manifest version (a :class:`~.snapshot.ManifestSnapshot`): its table metadata."""
 
     @property
     def metadata(self) -> Mapping[str, str]: ...

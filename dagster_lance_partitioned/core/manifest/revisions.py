@@ -13,8 +13,8 @@ from .commit_summary import CommitSummary
 from .edit import ManifestEdit, NothingToCommit
 from .registration import TableVersion, pin_of, pin_version
 from .retire import Use, conflicting
+from .snapshot import ManifestSnapshot
 from .state import NamespaceState, load_snapshot
-from .store import ManifestSnapshot
 
 
 @dataclass(frozen=True)

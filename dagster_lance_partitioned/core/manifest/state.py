@@ -13,12 +13,10 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from ..errors import NotAPartitionedNamespaceError, WriteError
-from ..read.field_filters import row_filter
-from ..read.filters import FilterLike, to_sql
-from ..read.planning import ScanPlan, plan_scan
+from ..partitioning.partition_spec import SPEC_KEY_PREFIX, PartitionSpec, specs_from_metadata
 from ..schema.namespace_schema import SCHEMA_KEY, snapshot_schema
-from ..spec.partition_spec import SPEC_KEY_PREFIX, PartitionSpec, specs_from_metadata
-from .store import ManifestSnapshot, ManifestStore, being_created
+from .snapshot import ManifestSnapshot
+from .store import ManifestStore, being_created
 
 
 def load_snapshot(ds: Any) -> ManifestSnapshot:
@@ -152,22 +150,6 @@ class NamespaceState:
         """Read the latest manifest version and move to it (a listing showed it is newer)."""
         self.snapshot = load_snapshot(self.store.open_latest()).verify(latest=True)
         return self
-
-    def plan_scan(
-        self, filter: FilterLike = None, by_stats: bool = True, check_links: bool = True
-    ) -> ScanPlan:
-        """The partition tables (and versions) a scan with ``filter`` reads (``by_stats``:
-        leaving out those whose statistics prove no row matches; ``check_links`` False: the
-        caller checks the tables it reads when it reads them, see
-        :func:`~.read.planning.check_at_use`)."""
-        return plan_scan(
-            self.snapshot, self.schema_with_ids, self.uri, filter, by_stats, check_links
-        )
-
-    def row_filter(self, filter: FilterLike) -> str | None:
-        """``filter`` as SQL selecting exactly its rows at this version: partition field ids
-        it names read as what they stand for (see :func:`~.read.field_filters.row_filter`)."""
-        return row_filter(to_sql(filter), self.schema_with_ids, self.specs)
 
     def require_unpinned(self, what: str) -> None:
         """Refuse to ``what`` (e.g. "vacuum it") a namespace opened at a manifest version."""

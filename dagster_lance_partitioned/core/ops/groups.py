@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..boundary import storage_boundary
+from ..expr.filters import FilterLike
 from ..manifest.state import NamespaceState, registered_partitions
-from ..read.filters import FilterLike
 from . import health, maintenance, statistics
 from .health import (
     ORPHAN_GRACE,

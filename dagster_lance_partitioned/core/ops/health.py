@@ -23,22 +23,18 @@ import pyarrow.compute as pc
 from .. import storage
 from ..concurrency import parallel_map
 from ..errors import PathEscapeError, SchemaError, TableLocationError
+from ..manifest.layout import is_table_dir_name
 from ..manifest.locations import check_row_locations
 from ..manifest.registration import Pin, pin_of
+from ..manifest.snapshot import MANIFEST_DIR, ManifestSnapshot, TableEntry
 from ..manifest.state import HasState, NamespaceState, state_of
-from ..manifest.store import (
-    MANIFEST_DIR,
-    ManifestSnapshot,
-    ManifestStore,
-    TableEntry,
-    is_table_dir_name,
-)
+from ..manifest.store import ManifestStore
+from ..partitioning.partition_constants import fill_constants, identity_constants
+from ..partitioning.partition_spec import PartitionSpec
+from ..partitioning.partitioner import SpecEvaluator
 from ..schema import arrow_json
 from ..schema.conform import column_ids, column_sources, conform_for_read
 from ..schema.namespace_schema import full_schema, is_widening
-from ..spec.partition_constants import fill_constants, identity_constants
-from ..spec.partition_spec import PartitionSpec
-from ..spec.partitioner import SpecEvaluator
 from ..table_files import VersionFiles, check_version_files, dataset_files
 
 VERSIONS_DIR = "_versions/"
@@ -468,7 +464,7 @@ def check_schemas(ns: NamespaceState | HasState) -> list[SchemaIssue]:
     schema = ns.schema_with_ids
     full = full_schema(ns.metadata)
 
-    def one(item: tuple[TableEntry, PartitionSpec]) -> list[SchemaIssue]:
+    def schema_issues_of(item: tuple[TableEntry, PartitionSpec]) -> list[SchemaIssue]:
         entry, spec = item
         try:
             ds = open_entry(ns.uri, entry, ns.storage_options)
@@ -476,7 +472,7 @@ def check_schemas(ns: NamespaceState | HasState) -> list[SchemaIssue]:
             return []
         return _schema_issues(entry, spec, ds.schema, schema, full)
 
-    return [i for found in parallel_map(one, _entries(ns)) for i in found]
+    return [i for found in parallel_map(schema_issues_of, _entries(ns)) for i in found]
 
 
 # --------------------------------------------------------------------------------------------
@@ -537,7 +533,7 @@ def check_read_versions(
             )
         return "", "", ds.version
 
-    def one(
+    def version_issues_of(
         item: tuple[TableEntry, PartitionSpec],
     ) -> tuple[VersionIssue | None, UncommittedVersion | None]:
         entry, spec = item
@@ -603,7 +599,7 @@ def check_read_versions(
         return found, UncommittedVersion(entry.object_id, entry.location, pinned, tuple(newer))
 
     issues, uncommitted = [], []
-    for issue_, pending in parallel_map(one, _entries(ns)):
+    for issue_, pending in parallel_map(version_issues_of, _entries(ns)):
         if issue_ is not None:
             issues.append(issue_)
         if pending is not None:
@@ -653,7 +649,7 @@ def orphan_candidates(
     root: str, referenced: Iterable[str], storage_options: dict[str, str] | None = None
 ) -> list[tuple[str, TableListing]]:
     """Directories directly under ``root`` that no ``referenced`` location lies in, whose names
-    this package gives partition tables (see :func:`~.manifest.store.is_table_dir_name`), and below
+    this package gives partition tables (see :func:`~.manifest.layout.is_table_dir_name`), and below
     which no ``__manifest`` lives at any depth (a namespace nested under this one: Dagster
     asset keys ``a`` and ``a/b/c``); with their listings. Anything else under the root is not
     the namespace's to delete. On a local root symbolic links are never candidates (nor
@@ -670,11 +666,11 @@ def orphan_candidates(
         if n not in used and is_table_dir_name(n)
     ]
 
-    def one(name: str) -> tuple[str, TableListing] | None:
+    def listed_table(name: str) -> tuple[str, TableListing] | None:
         listing = list_table(root, name, storage_options, links=True)
         return None if holds_namespace(listing.files) else (name, listing)
 
-    return [found for found in parallel_map(one, names) if found is not None]
+    return [found for found in parallel_map(listed_table, names) if found is not None]
 
 
 def find_orphans(ns: NamespaceState | HasState, history: int | None = None) -> list[Orphan]:
@@ -806,7 +802,7 @@ def check_integrity(
             wanted = _evaluation_schema(spec, full, live)
             prepared[spec.spec_id] = (wanted, SpecEvaluator(spec, wanted))
 
-    def one(item: tuple[TableEntry, PartitionSpec]) -> IntegrityIssue | None:
+    def integrity_issue_of(item: tuple[TableEntry, PartitionSpec]) -> IntegrityIssue | None:
         entry, spec = item
         try:
             ds = open_entry(ns.uri, entry, ns.storage_options)
@@ -820,4 +816,4 @@ def check_integrity(
         except _OPEN_ERRORS:
             return None  # files gone: check_read_versions reports it
 
-    return [i for i in parallel_map(one, entries) if i is not None]
+    return [i for i in parallel_map(integrity_issue_of, entries) if i is not None]

@@ -11,8 +11,9 @@ from typing import Any
 from .. import storage
 from ..errors import NotAPartitionedNamespaceError, is_storage_failure, storage_error
 from ..manifest.commit_summary import CommitSummary
+from ..manifest.snapshot import ManifestSnapshot
 from ..manifest.state import load_snapshot, registered_partitions
-from ..manifest.store import ManifestSnapshot, ManifestStore
+from ..manifest.store import ManifestStore
 
 
 @dataclass(frozen=True)

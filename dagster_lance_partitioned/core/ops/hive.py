@@ -35,22 +35,21 @@ import pyarrow.compute as pc
 
 from .. import storage
 from ..errors import HiveImportError, NamespaceExistsError, SchemaError
-from ..manifest.naming import NAMING_KEY, NamespaceNaming, new_naming_key
-from ..manifest.stats import stats_field
-from ..manifest.store import (
-    SCHEMA_KEY,
+from ..manifest.layout import (
     SEP,
     TABLE_NAME,
     WRITER_FLAG_KEY,
     WRITER_FLAG_VALUE,
-    ManifestStore,
     base_manifest_schema,
     partition_field_columns,
 )
+from ..manifest.naming import NAMING_KEY, NamespaceNaming, new_naming_key
+from ..manifest.stats import stats_field
+from ..manifest.store import SCHEMA_KEY, ManifestStore
+from ..partitioning.partition_constants import fill_constants, identity_constants
+from ..partitioning.partition_spec import PartitionField, PartitionSpec, resolve_fields
+from ..partitioning.partitioner import SpecEvaluator
 from ..schema import arrow_json
-from ..spec.partition_constants import fill_constants, identity_constants
-from ..spec.partition_spec import PartitionField, PartitionSpec, resolve_fields
-from ..spec.partitioner import SpecEvaluator
 
 if TYPE_CHECKING:
     from ..read.planning import ScanTask

@@ -29,15 +29,17 @@ from .. import storage
 from .. import table_version as tv
 from ..concurrency import parallel_map
 from ..errors import PartialPartitionError, PartitionedNamespaceError, WriteError, storage_error
+from ..expr.filters import FilterLike, to_sql
 from ..manifest.commit_summary import WRITER_ID, CommitSummary, Operation
 from ..manifest.edit import ManifestEdit, NothingToCommit
 from ..manifest.registration import Pin, TableVersion
 from ..manifest.retire import Retirement, announcement, epoch
 from ..manifest.revisions import register
+from ..manifest.snapshot import ManifestSnapshot
 from ..manifest.state import HasState, NamespaceState, load_snapshot, state_of
-from ..manifest.store import ManifestSnapshot, ManifestStore, delete_empty_namespaces
-from ..read.filters import FilterLike, to_sql
-from ..read.planning import ScanTask, plan_scan
+from ..manifest.store import ManifestStore, delete_empty_namespaces
+from ..read.field_filters import namespace_row_filter
+from ..read.planning import ScanTask, plan_namespace, plan_scan
 from ..read.scan import collect, count_matching, open_table
 from ..schema.namespace_schema import snapshot_schema
 from ..search.build import index_version
@@ -209,7 +211,7 @@ def compact(
         raise ValueError("target_rows_per_fragment must be at least 1")
     ns.store.check_store()  # before anything is written
     made_at = epoch(ns.refresh().snapshot)
-    plan = ns.plan_scan(filter, by_stats=False)
+    plan = plan_namespace(ns, filter, by_stats=False)
     done = [
         c
         for c in parallel_map(
@@ -569,7 +571,7 @@ def drop_partitions(ns: NamespaceState | HasState, filter: FilterLike) -> DropRe
     _refuse_pinned(ns, "drop partitions")
     if to_sql(filter) is None:
         raise WriteError("drop_partitions needs a filter (the rows whose partitions to drop)")
-    sql = ns.refresh().row_filter(filter)
+    sql = namespace_row_filter(ns.refresh(), filter)
     assert sql is not None
     opts = ns.storage_options
     counted: dict[tuple[str, Pin], tuple[int, int]] = {}  # (location, pin) -> (matching, rows)

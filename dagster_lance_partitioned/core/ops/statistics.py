@@ -7,14 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..concurrency import parallel_map
+from ..expr.filters import FilterLike
 from ..manifest.commit_summary import WRITER_ID, CommitSummary, Operation
 from ..manifest.edit import ManifestEdit, NothingToCommit
 from ..manifest.registration import Pin, pin_of, stats_record
+from ..manifest.snapshot import ManifestSnapshot
 from ..manifest.state import HasState, NamespaceState, load_snapshot, state_of
 from ..manifest.stats import TableStats
-from ..manifest.store import ManifestSnapshot
-from ..read.filters import FilterLike
-from ..read.planning import ScanTask
+from ..read.planning import ScanTask, plan_namespace
 from ..read.scan import collect
 
 
@@ -40,7 +40,7 @@ def collect_statistics(
     state.require_unpinned("collect statistics")
     state.refresh()
     schema = state.schema_with_ids
-    plan = state.plan_scan(filter, by_stats=False)
+    plan = plan_namespace(state, filter, by_stats=False)
     todo = [
         t
         for t in plan.tasks

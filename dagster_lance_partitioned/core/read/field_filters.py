@@ -17,12 +17,9 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from ..errors import FilterError
-from ..spec.describe import field_text, window_of
-from ..spec.partition_spec import PartitionSpec, SpecField, source_names, source_types
-from ..spec.transforms import ExpressionTransform, Granularity
-from ..spec.windows import Span, window_span, year_span
-from .filters import first_line, parse, quote_ident
-from .predicates import (
+from ..expr import filters
+from ..expr.filters import FilterLike, first_line, parse, quote_ident
+from ..expr.predicates import (
     TRUE,
     And,
     Cmp,
@@ -40,6 +37,10 @@ from .predicates import (
     holds,
     to_sql,
 )
+from ..partitioning.describe import field_text, window_of
+from ..partitioning.partition_spec import PartitionSpec, SpecField, source_names, source_types
+from ..partitioning.transforms import ExpressionTransform, Granularity
+from ..partitioning.windows import Span, window_span, year_span
 
 
 class Namespace(Protocol):
@@ -110,6 +111,12 @@ def row_filter(given: str | None, schema: pa.Schema, specs: Sequence[PartitionSp
     if not given or not given.strip():
         return None
     return resolved(given, schema, tuple(specs)).row_filter()
+
+
+def namespace_row_filter(ns: Namespace, filter: FilterLike) -> str | None:
+    """``filter`` (any filter the API takes) as SQL selecting exactly its rows in ``ns`` at the
+    manifest version it reads (see :func:`row_filter`)."""
+    return row_filter(filters.to_sql(filter), ns.schema_with_ids, ns.specs)
 
 
 @functools.lru_cache(maxsize=256)

@@ -13,14 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import storage
-from ..manifest.stats import TableStats
-from ..manifest.store import ManifestSnapshot, TableEntry
-from ..spec.partition_constants import identity_constants
-from ..spec.partition_spec import PartitionSpec
-from ..table_files import check_known_files
-from .field_filters import ResolvedFilter, resolved
-from .filters import FilterLike, literal_value, parse, to_sql
-from .predicates import (
+from ..expr.filters import FilterLike, literal_value, parse, to_sql
+from ..expr.predicates import (
     CMP_OPS,
     FALSE,
     TRUE,
@@ -35,7 +29,14 @@ from .predicates import (
     holds,
     to_expression,
 )
-from .predicates import to_sql as pred_sql
+from ..expr.predicates import to_sql as pred_sql
+from ..manifest.snapshot import ManifestSnapshot, TableEntry
+from ..manifest.state import NamespaceState
+from ..manifest.stats import TableStats
+from ..partitioning.partition_constants import identity_constants
+from ..partitioning.partition_spec import PartitionSpec
+from ..table_files import check_known_files
+from .field_filters import ResolvedFilter, resolved
 from .pruning import (
     SpecProjector,
     SpecPruning,
@@ -191,6 +192,19 @@ class ScanPlan:
 
     def __str__(self) -> str:
         return self.explain()
+
+
+def plan_namespace(
+    state: NamespaceState,
+    filter: FilterLike = None,
+    by_stats: bool = True,
+    check_links: bool = True,
+) -> ScanPlan:
+    """The scan plan of ``filter`` over the manifest version ``state`` reads (see
+    :func:`plan_scan`)."""
+    return plan_scan(
+        state.snapshot, state.schema_with_ids, state.uri, filter, by_stats, check_links
+    )
 
 
 def plan_scan(

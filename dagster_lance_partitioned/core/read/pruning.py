@@ -17,14 +17,8 @@ from typing import Any
 import datafusion as dfn
 import pyarrow as pa
 
-from ..manifest.stats import STATS_COLUMN
-from ..manifest.store import SEP, ManifestSnapshot, TableEntry
-from ..spec.expressions import CompiledExpression, coerce_result, compiled, ordered_context
-from ..spec.partition_spec import PartitionSpec, SpecField, source_names, source_types
-from ..spec.transforms import ExpressionTransform, Granularity, Transform, value_set
-from ..spec.windows import parse_window
-from .filters import literal_value
-from .predicates import (
+from ..expr.filters import literal_value
+from ..expr.predicates import (
     FALSE,
     TRUE,
     UNKNOWN,
@@ -42,6 +36,13 @@ from .predicates import (
     disj,
     to_sql,
 )
+from ..manifest.layout import SEP
+from ..manifest.snapshot import ManifestSnapshot, TableEntry
+from ..manifest.stats import STATS_COLUMN
+from ..partitioning.expressions import CompiledExpression, coerce_result, compiled, ordered_context
+from ..partitioning.partition_spec import PartitionSpec, SpecField, source_names, source_types
+from ..partitioning.transforms import ExpressionTransform, Granularity, Transform, value_set
+from ..partitioning.windows import parse_window
 
 _MAX_COMBINATIONS = 1024
 

@@ -31,17 +31,17 @@ from ..errors import (
     is_storage_failure,
     storage_error,
 )
+from ..expr.filters import to_lance_sql
 from ..manifest import stats
+from ..manifest.snapshot import clear_version_cache
 from ..manifest.stats import TableStats
-from ..manifest.store import clear_version_cache
+from ..partitioning.partition_constants import fill_constants
 from ..schema.arrow_json import strip_field_ids
 from ..schema.conform import column_sources, conform_for_read
-from ..spec.partition_constants import fill_constants
 from ..table_files import check_version_files
 from .data_files import SMALL_TABLE_ROWS, data_files, kept_rows
 from .data_files import forget as forget_files
 from .data_files import read as read_files
-from .filters import to_lance_sql
 from .planning import ScanPlan, ScanTask, check_at_use
 
 # partition tables a scan reads at once on local disk: one per core (Lance's scans have their

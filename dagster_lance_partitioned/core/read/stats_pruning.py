@@ -17,8 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..expr.predicates import And, Cmp, Const, InSet, IsNan, IsNull, Like, Or, Pred
 from ..manifest.stats import ColumnStats, TableStats, family, key_of
-from .predicates import And, Cmp, Const, InSet, IsNan, IsNull, Like, Or, Pred
 
 
 @dataclass(frozen=True)

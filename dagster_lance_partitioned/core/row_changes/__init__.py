@@ -16,35 +16,7 @@ columns), :mod:`.plan` (routing and per-snapshot planning), :mod:`.executor` (on
 detached version), :mod:`.commit` (one manifest commit), and the operations :mod:`.merge`,
 :mod:`.delete`, :mod:`.update`. The Spark merge (``spark.merge``) plans and applies per-table
 changes in Spark tasks with the same executor and commits their outcomes with
-:func:`~.commit.commit_outcomes`."""
+:func:`~.commit.commit_outcomes`.
 
-from __future__ import annotations
-
-from ..errors import StaleChangeError
-from .change import Applied, RowChangeResult, TableEdit
-from .commit import (
-    MAX_REDO,
-    Counts,
-    commit_outcomes,
-    new_table_location,
-)
-from .delete import delete_rows
-from .executor import TableExecutor
-from .merge import MergeOptions, merge_rows
-from .update import update_rows
-
-__all__ = [
-    "MAX_REDO",
-    "Applied",
-    "Counts",
-    "MergeOptions",
-    "RowChangeResult",
-    "StaleChangeError",
-    "TableEdit",
-    "TableExecutor",
-    "commit_outcomes",
-    "delete_rows",
-    "merge_rows",
-    "new_table_location",
-    "update_rows",
-]
+Nothing is re-exported here: import from the modules (engines: from
+:mod:`dagster_lance_partitioned.core.engine`)."""

@@ -5,8 +5,8 @@ new tables, emptied tables) registered in **one** manifest commit.
 per-table changes (in threads), commit; when a concurrent commit wins, plan again on the
 latest snapshot -- partitions whose pin did not move reuse the detached version already made,
 partitions that moved are redone on their new version, so no concurrent change is lost. After
-:data:`MAX_REDO` rounds in which some touched partition kept moving, :class:`CommitConflictError`
-is raised (nothing visible).
+:attr:`~..tuning.Tuning.max_redo` rounds in which some touched partition kept moving,
+:class:`CommitConflictError` is raised (nothing visible).
 
 :func:`commit_outcomes` commits outcomes made elsewhere (Spark tasks) against a pinned
 snapshot: when a concurrent commit moved a touched partition (or registered a partition the
@@ -25,28 +25,20 @@ from ..errors import CommitConflictError, StaleChangeError
 from ..manifest import retire, stats
 from ..manifest.commit_summary import WRITER_ID, CommitSummary, Operation
 from ..manifest.edit import ManifestEdit, NothingToCommit
+from ..manifest.layout import SEP, TABLE_NAME, partition_field_columns, table_location
 from ..manifest.naming import NamespaceNaming, ensure_naming_key
 from ..manifest.registration import NameOf, TableVersion, add_table, pin_version
+from ..manifest.snapshot import ManifestSnapshot
 from ..manifest.state import NamespaceState, load_snapshot
-from ..manifest.store import (
-    SEP,
-    TABLE_NAME,
-    ManifestSnapshot,
-    ManifestStore,
-    delete_empty_namespaces,
-    partition_field_columns,
-    table_location,
-)
+from ..manifest.store import ManifestStore, delete_empty_namespaces
+from ..partitioning.partition_spec import PartitionSpec
 from ..schema.conform import conform_for_write, table_write_schema
 from ..search.catalog import declared
-from ..spec.partition_spec import PartitionSpec
+from ..tuning import tuning
 from . import keys as K
 from .change import RowChangeResult
 from .executor import TableExecutor
 from .plan import ChangePlan, Key
-
-# Re-plans in which a touched partition had moved, before giving up with CommitConflictError.
-MAX_REDO = 8
 
 
 @dataclass
@@ -121,10 +113,10 @@ def run(
         state.epoch = retire.epoch(snap)  # what was kept is checked up to here
         if rounds[0] and executor.misses > before:
             rounds[1] += 1
-            if rounds[1] > MAX_REDO:
+            if rounds[1] > tuning().max_redo:
                 raise CommitConflictError(
                     f"{store.root}: partitions this {operation} changes kept being changed by "
-                    f"concurrent commits ({MAX_REDO} re-plans); nothing of it is visible, "
+                    f"concurrent commits ({tuning().max_redo} re-plans); nothing of it is visible, "
                     "retry it",
                     sorted(p.changes)[:5],
                 )

@@ -8,10 +8,11 @@ import pyarrow as pa
 
 from ..concurrency import parallel_map, table_threads
 from ..errors import WriteError
+from ..expr.filters import FilterLike, to_sql
+from ..expr.filters import check as check_filter
 from ..manifest.commit_summary import PROP_FILTER, Operation
 from ..manifest.state import HasState, NamespaceState, state_of
-from ..read.filters import FilterLike, to_sql
-from ..read.filters import check as check_filter
+from ..read.field_filters import namespace_row_filter
 from ..read.planning import ScanTask
 from ..read.scan import count_matching
 from .change import RowChangeResult
@@ -35,7 +36,7 @@ def delete_rows(
     ns.require_unpinned("delete rows")
     if to_sql(filter) is None:
         raise WriteError("delete needs a filter (use 'TRUE' to delete every row)")
-    sql = ns.refresh().row_filter(filter)
+    sql = namespace_row_filter(ns.refresh(), filter)
     assert sql is not None
     check_filter(sql, ns.schema_with_ids)  # a bad filter fails here, before anything is written
     executor = TableExecutor(ns.uri, ns.storage_options)

@@ -40,7 +40,7 @@ from ..schema import arrow_json
 from ..schema.conform import conform_for_write, same_layout, table_write_schema
 from ..search.build import index_version
 from ..search.declaration import IndexDeclaration
-from ..write import MAX_ROWS_PER_FILE
+from ..tuning import tuning
 from ..write.pending import data_bytes
 from . import keys as K
 from .change import Applied, TableEdit
@@ -358,7 +358,7 @@ class TableExecutor:
             return known[1]
         self.misses += 1
         uri = storage.table_uri(self.root, location)
-        ds = tv.create(uri, rows, rows.schema, self.opts, MAX_ROWS_PER_FILE)
+        ds = tv.create(uri, rows, rows.schema, self.opts, tuning().max_rows_per_file)
         _recent.put((uri, ds.version, _options_key(self.opts)), ds)
         version = self._indexed(uri, int(ds.version), location)
         self._created[location] = (rows, version)
@@ -373,7 +373,7 @@ class TableExecutor:
             uri,
             schema=write_schema,
             mode="overwrite",  # fragments only; no dataset is opened or changed
-            max_rows_per_file=MAX_ROWS_PER_FILE,
+            max_rows_per_file=tuning().max_rows_per_file,
             data_storage_version=ds.data_storage_version,
             storage_options=self.opts,
         )

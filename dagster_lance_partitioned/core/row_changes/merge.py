@@ -14,16 +14,17 @@ import pyarrow.compute as pc
 
 from ..concurrency import parallel_map
 from ..errors import DuplicateKeyError, MergeKeyError, UnnamedPartitionError, WriteError
+from ..expr.filters import FilterLike, quote_ident, sql_literal, to_sql
+from ..expr.filters import check as check_filter
 from ..manifest.commit_summary import Operation
 from ..manifest.state import HasState, NamespaceState, state_of
-from ..read.filters import FilterLike, quote_ident, sql_literal, to_sql
-from ..read.filters import check as check_filter
+from ..partitioning.partitioner import SpecEvaluator
+from ..read.field_filters import namespace_row_filter
 from ..read.planning import ScanTask
 from ..schema import arrow_json
 from ..schema.conform import check_write_schema, conform_for_write, table_write_schema
 from ..schema.namespace_schema import dropped_names, full_schema
-from ..spec.partitioner import SpecEvaluator
-from ..write import as_reader
+from ..write.ingest import as_reader
 from . import keys as K
 from .change import RowChangeResult
 from .commit import run
@@ -136,12 +137,12 @@ class MergeOptions:
                 f"(columns: {', '.join(plain.names)})",
                 unknown,
             )
-        scope_sql = ns.row_filter(self.scope)
+        scope_sql = namespace_row_filter(ns, self.scope)
         if scope_sql is not None and not self.by_source:
             raise WriteError("scope only applies with when_not_matched_by_source='delete'")
         if scope_sql is not None:
             check_filter(scope_sql, ns.schema_with_ids)  # a bad scope fails here
-        confine_sql = ns.row_filter(self.confine)
+        confine_sql = namespace_row_filter(ns, self.confine)
         if confine_sql is not None:
             check_filter(confine_sql, ns.schema_with_ids)
         return replace(self, scope=scope_sql, confine=confine_sql)

@@ -12,11 +12,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..manifest.store import ManifestSnapshot, TableEntry
+from ..manifest.snapshot import ManifestSnapshot, TableEntry
+from ..partitioning.partition_spec import PartitionSpec
+from ..partitioning.partitioner import SpecEvaluator
 from ..read.planning import ScanTask, _task, plan_scan
 from ..schema import arrow_json
-from ..spec.partition_spec import PartitionSpec
-from ..spec.partitioner import SpecEvaluator
 from .change import TableEdit
 
 Key = tuple[Any, ...]

@@ -12,10 +12,11 @@ import pyarrow.compute as pc
 
 from ..concurrency import parallel_map, table_threads
 from ..errors import UpdateExpressionError
+from ..expr.filters import FilterLike, check_row_expression, quote_ident
+from ..expr.filters import check as check_filter
 from ..manifest.commit_summary import PROP_FILTER, PROP_SET, Operation
 from ..manifest.state import HasState, NamespaceState, state_of
-from ..read.filters import FilterLike, check_row_expression, quote_ident
-from ..read.filters import check as check_filter
+from ..read.field_filters import namespace_row_filter
 from ..read.planning import ScanTask
 from ..read.scan import iter_task_batches, lance_filter
 from ..schema import arrow_json
@@ -97,7 +98,7 @@ def update_rows(
     current spec they now belong to, in the same commit. ``filter`` None updates every row."""
     ns = state_of(ns)
     ns.require_unpinned("update rows")
-    sql = ns.refresh().row_filter(filter)
+    sql = namespace_row_filter(ns.refresh(), filter)
     select = compile_set(set, ns.schema_with_ids)
     for column, expr in set.items():
         if expr:  # scalar row expressions only: each row's values from its own row

@@ -24,11 +24,11 @@ import lance
 import numpy as np
 import pyarrow as pa
 
+from ..tuning import tuning
 from .declaration import IndexDeclaration
 
 K1 = 1.2  # Lance's BM25 parameters
 B = 0.75
-CHUNK = 4096  # documents tokenized in one call
 # a word no text holds, between documents tokenized together (checked: see _token_lists)
 _BREAK = "zqxjdocbreakzqxj"
 
@@ -145,8 +145,8 @@ def _token_lists(texts: Sequence[str | None], decl: IndexDeclaration) -> list[li
     options = decl.tokenizer()
     alone = [t.text for t in lance.tokenize(_BREAK, **options)]
     out: list[list[str]] = []
-    for start in range(0, len(texts), CHUNK):
-        chunk = texts[start : start + CHUNK]
+    for start in range(0, len(texts), tuning().text_chunk):
+        chunk = texts[start : start + tuning().text_chunk]
         lists = _joined(chunk, alone, options) if len(alone) == 1 else None
         if lists is None:
             lists = [[t.text for t in lance.tokenize(x, **options)] if x else [] for x in chunk]

@@ -18,15 +18,15 @@ from typing import Any, Literal
 
 from ..concurrency import parallel_map, table_threads
 from ..errors import IndexDeclarationError, IndexNotFoundError
+from ..expr.filters import FilterLike
 from ..manifest.commit_summary import WRITER_ID, CommitSummary, Operation
 from ..manifest.edit import ManifestEdit
 from ..manifest.registration import TableVersion
 from ..manifest.retire import epoch
 from ..manifest.revisions import Registered, register
+from ..manifest.snapshot import ManifestSnapshot
 from ..manifest.state import HasState, NamespaceState, load_snapshot, state_of
-from ..manifest.store import ManifestSnapshot
-from ..read.filters import FilterLike
-from ..read.planning import ScanTask
+from ..read.planning import ScanTask, plan_namespace
 from ..read.scan import open_table
 from .build import TableIndexState, index_version, table_state
 from .declaration import IndexDeclaration, declarations, declare
@@ -135,7 +135,7 @@ class Reindex:
     fold: bool = False
     drop: tuple[str, ...] = ()
 
-    def one(self, task: ScanTask) -> TableVersion | None:
+    def new_version(self, task: ScanTask) -> TableVersion | None:
         """The new version of ``task``'s table (None: nothing to change)."""
         if task.read_branch is not None:
             return None  # branch-pinned tables are not written by this package
@@ -164,7 +164,7 @@ def run_in_threads(job: Reindex) -> list[TableVersion]:
     if not job.tasks:
         return []
     threads = table_threads(job.tasks[0].uri)
-    return [r for r in parallel_map(job.one, list(job.tasks), threads) if r is not None]
+    return [r for r in parallel_map(job.new_version, list(job.tasks), threads) if r is not None]
 
 
 def _reindex(
@@ -253,7 +253,9 @@ def create_index(
             )
         value = before  # the same declaration, kept as stored
     made_at = epoch(state.snapshot)
-    revisions = _reindex(state, state.plan_scan(None, by_stats=False).tasks, [decl], runner=runner)
+    revisions = _reindex(
+        state, plan_namespace(state, None, by_stats=False).tasks, [decl], runner=runner
+    )
     _set_metadata(state, decl.key, value, Operation.CREATE_INDEX, expect=None)
     register(state, revisions, _summary(Operation.CREATE_INDEX, decl.name), made_at)
     return coverage(state, decl.name)
@@ -268,7 +270,9 @@ def drop_index(ns: NamespaceState | HasState, name: str) -> IndexResult:
     state.refresh()
     decl = find(state, name)
     made_at = epoch(state.snapshot)
-    revisions = _reindex(state, state.plan_scan(None, by_stats=False).tasks, [], drop=[decl.name])
+    revisions = _reindex(
+        state, plan_namespace(state, None, by_stats=False).tasks, [], drop=[decl.name]
+    )
     _set_metadata(state, decl.key, None, Operation.DROP_INDEX, expect=decl.to_json())
     done = register(state, revisions, _summary(Operation.DROP_INDEX, decl.name), made_at)
     return IndexResult(done.manifest_version, done.committed, done.skipped)
@@ -288,7 +292,7 @@ def optimize_indexes(
         return IndexResult(state.version, ())
     made_at = epoch(state.snapshot)
     revisions = _reindex(
-        state, state.plan_scan(filter, by_stats=False).tasks, decls, fold=True, runner=runner
+        state, plan_namespace(state, filter, by_stats=False).tasks, decls, fold=True, runner=runner
     )
     done: Registered = register(state, revisions, _summary(Operation.OPTIMIZE_INDEXES), made_at)
     return IndexResult(done.manifest_version, done.committed, done.skipped)
@@ -301,11 +305,11 @@ def table_states(
     schema = state.schema_with_ids
     opts = state.storage_options
 
-    def one(task: ScanTask) -> tuple[ScanTask, list[TableIndexState]]:
+    def states_of(task: ScanTask) -> tuple[ScanTask, list[TableIndexState]]:
         ds = open_table(task, opts)
         return task, [table_state(ds, d, schema) for d in decls]
 
-    return parallel_map(one, list(tasks), table_threads(state.uri))
+    return parallel_map(states_of, list(tasks), table_threads(state.uri))
 
 
 def coverages(ns: NamespaceState | HasState, filter: FilterLike = None) -> list[IndexCoverage]:
@@ -315,7 +319,7 @@ def coverages(ns: NamespaceState | HasState, filter: FilterLike = None) -> list[
     if not decls:
         return []
     return summarize(
-        decls, table_states(state, decls, state.plan_scan(filter, by_stats=False).tasks)
+        decls, table_states(state, decls, plan_namespace(state, filter, by_stats=False).tasks)
     )
 
 

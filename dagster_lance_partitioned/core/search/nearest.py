@@ -39,8 +39,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..concurrency import serial_while_fast
+from ..expr.filters import filter_columns
 from ..manifest.state import NamespaceState
-from ..read.filters import filter_columns
 from ..read.scan import _guarded, scan_concurrency
 from ..schema.arrow_json import strip_field_ids
 from . import exact, vectors
@@ -354,15 +354,7 @@ class VectorQuery:
             **for_table(self.k * self.refine, passed, table.rows),
             "nprobes": nprobes,
         }
-        found = table.ds.to_table(
-            columns=[DISTANCE],
-            disable_scoring_autoprojection=True,
-            with_row_id=True,
-            nearest=nearest,
-            filter=table.lance_sql,
-            prefilter=True,
-            fast_search=True,
-        )
+        found = _indexed_search(table, nearest)
         return _Approximate(
             table,
             found.column("_rowid").to_numpy().astype(np.uint64),
@@ -403,15 +395,7 @@ class VectorQuery:
         name = table.sources.get(self.column) or self.column
         nearest: dict[str, Any] = {"column": name, "q": self.vector, "metric": self.metric}
         nearest.update(for_table(self.k, passed, table.rows))
-        found = table.ds.to_table(
-            columns=[DISTANCE],
-            disable_scoring_autoprojection=True,
-            with_row_id=True,
-            nearest=nearest,
-            filter=table.lance_sql,
-            prefilter=True,
-            fast_search=True,
-        )
+        found = _indexed_search(table, nearest)
         if found.num_rows < nearest["k"]:
             # fewer than k from the index (HNSW, a few clusters): its rows measured exactly
             kept = vectors.all_vectors(self.session, table, self.column)
@@ -507,3 +491,16 @@ class _Approximate:
     row_ids: np.ndarray
     distances: np.ndarray
     exact: bool
+
+
+def _indexed_search(table: SearchTable, nearest: dict[str, Any]) -> pa.Table:
+    """Lance's search of ``table``'s indexed rows its filter keeps: row ids and distances."""
+    return table.ds.to_table(
+        columns=[DISTANCE],
+        disable_scoring_autoprojection=True,
+        with_row_id=True,
+        nearest=nearest,
+        filter=table.lance_sql,
+        prefilter=True,
+        fast_search=True,
+    )

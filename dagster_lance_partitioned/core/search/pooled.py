@@ -26,8 +26,8 @@ import pyarrow as pa
 
 from .. import storage
 from ..concurrency import parallel_map
+from ..expr.filters import filter_columns
 from ..manifest.state import NamespaceState
-from ..read.filters import filter_columns
 from ..read.scan import _filtered, _guarded, scan_concurrency
 from .declaration import vector_dimension
 from .distances import Vectors, matrix_of, nearest_rows

@@ -16,8 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import SearchQueryError
+from ..expr.filters import FilterLike
 from ..manifest.state import HasState, NamespaceState, state_of
-from ..read.filters import FilterLike
+from ..read.planning import plan_namespace
 from ..read.scan import read_schema
 from ..schema.arrow_json import strip_field_ids
 from .catalog import declared
@@ -84,7 +85,7 @@ def search(
     assert dimension is not None
     vector = as_vector(query, dimension, name)
     check_direction(vector, metric, name)
-    plan = state.plan_scan(filter)
+    plan = plan_namespace(state, filter)
     opts = state.storage_options
 
     tables = for_each_task(state, plan.tasks, Opener(session, schema, plan.residual_filter, opts))

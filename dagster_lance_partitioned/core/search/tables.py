@@ -15,11 +15,11 @@ import pyarrow as pa
 
 from ..concurrency import parallel_map, serial_while_fast
 from ..manifest.state import NamespaceState
+from ..partitioning.partition_constants import fill_constants
 from ..read.planning import ScanTask
 from ..read.scan import _filtered, _guarded, _layout, lance_filter, open_table, scan_concurrency
 from ..schema.arrow_json import strip_field_ids
 from ..schema.conform import conform_for_read
-from ..spec.partition_constants import fill_constants
 from .session import SearchSession
 
 DISTANCE = "_distance"  # vector search: the result column of distances (ascending)

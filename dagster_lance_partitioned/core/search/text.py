@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import SearchQueryError
+from ..expr.filters import FilterLike
 from ..manifest.state import NamespaceState
-from ..read.filters import FilterLike
-from ..read.planning import ScanTask
+from ..read.planning import ScanTask, plan_namespace
 from ..read.scan import scan_concurrency
 from .bm25 import TableTerms, corpus_of, read_terms
 from .declaration import IndexDeclaration
@@ -73,8 +73,8 @@ def search_text(
         return out_schema.empty_table()
     schema = state.schema_with_ids
     opts = state.storage_options
-    plan = state.plan_scan(filter)
-    whole = state.plan_scan(None) if filter is not None else plan
+    plan = plan_namespace(state, filter)
+    whole = plan_namespace(state, None) if filter is not None else plan
 
     unfiltered = Opener(session, schema, None, opts)
 

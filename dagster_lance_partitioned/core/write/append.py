@@ -9,7 +9,7 @@ of this write."""
 
 from __future__ import annotations
 
-from ..manifest.store import TableEntry
+from ..manifest.snapshot import TableEntry
 from .commit import Attempt, WriteCommit
 from .pending import PendingPartition
 from .result import PartitionWrite

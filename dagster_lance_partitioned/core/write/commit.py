@@ -23,16 +23,12 @@ from ..manifest import retire
 from ..manifest.commit_summary import WRITER_ID as WRITER_ID  # re-exported by .write
 from ..manifest.commit_summary import CommitSummary, Operation
 from ..manifest.edit import ManifestEdit
+from ..manifest.layout import partition_field_columns
 from ..manifest.registration import add_table, pin_version, table_object_id
+from ..manifest.snapshot import ManifestSnapshot, TableEntry
 from ..manifest.stats import union
-from ..manifest.store import (
-    ManifestSnapshot,
-    ManifestStore,
-    TableEntry,
-    overwritten_ids,
-    partition_field_columns,
-)
-from ..spec.partition_spec import PartitionSpec
+from ..manifest.store import ManifestStore, overwritten_ids
+from ..partitioning.partition_spec import PartitionSpec
 from .mode import WriteMode
 from .pending import BaseIndex, Key, PendingPartition
 from .result import PartitionWrite, WriteResult
@@ -167,7 +163,7 @@ class WriteCommit(ABC):
         ):
             # an upgrade switched the draft specs while this commit was in flight, and Lance
             # merged the two: give this write's rows their current-shape columns too
-            from ..ops.compat import refill_after_switch
+            from ..manifest.upgrade import refill_after_switch
 
             refill_after_switch(self.store, self.base.specs, self.schema)
         return WriteResult(

@@ -18,19 +18,18 @@ import pyarrow as pa
 from .. import storage
 from ..concurrency import parallel_map
 from ..errors import SchemaError, UnnamedPartitionError, WriteError
+from ..manifest.layout import SEP, TABLE_NAME
 from ..manifest.naming import NamespaceNaming, Naming
-from ..manifest.store import SEP, TABLE_NAME, ManifestSnapshot
+from ..manifest.snapshot import ManifestSnapshot
+from ..partitioning.partition_constants import identity_constants
+from ..partitioning.partition_spec import PartitionSpec
+from ..partitioning.partitioner import Rows, SpecEvaluator
 from ..schema.conform import check_write_schema, conform_for_write
 from ..schema.namespace_schema import dropped_names, full_schema
-from ..spec.partition_constants import identity_constants
-from ..spec.partition_spec import PartitionSpec
-from ..spec.partitioner import Rows, SpecEvaluator
+from ..tuning import tuning
 from .pending import BaseIndex, Key, PendingPartition
 from .table import TableWriter
 
-# Buffered rows are flushed to fragments past these sizes (bounded memory for streamed input).
-PARTITION_FLUSH_BYTES = 128 * 1024 * 1024
-TOTAL_FLUSH_BYTES = 512 * 1024 * 1024
 SPLIT_CHUNK_ROWS = 1 << 20  # large batches are split in chunks of this many rows ...
 SPLIT_THREADS = 4  # ... on up to this many threads (bounded by the CPU count)
 
@@ -194,9 +193,9 @@ class PartitionIngest:
         pending.rows += part.num_rows
         pending.buffered_bytes += part.nbytes
         self._buffered += part.nbytes
-        if pending.buffered_bytes >= PARTITION_FLUSH_BYTES:
+        if pending.buffered_bytes >= tuning().partition_flush_bytes:
             self.flush(pending)
-        while self._buffered >= TOTAL_FLUSH_BYTES:
+        while self._buffered >= tuning().total_flush_bytes:
             self.flush(max(self.pending.values(), key=lambda p: p.buffered_bytes))
 
     def _gather_lazy(self, threads: int) -> None:

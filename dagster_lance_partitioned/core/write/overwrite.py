@@ -16,16 +16,12 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import CommitConflictError
-from ..manifest.store import (
-    SEP,
-    TABLE_NAME,
-    ManifestSnapshot,
-    TableEntry,
-    delete_empty_namespaces,
-)
-from ..spec.partition_spec import PartitionSpec, source_types
-from ..spec.transforms import ExpressionTransform
-from ..spec.windows import parse_window, window_values
+from ..manifest.layout import SEP, TABLE_NAME
+from ..manifest.snapshot import ManifestSnapshot, TableEntry
+from ..manifest.store import delete_empty_namespaces
+from ..partitioning.partition_spec import PartitionSpec, source_types
+from ..partitioning.transforms import ExpressionTransform
+from ..partitioning.windows import parse_window, window_values
 from .commit import Attempt, WriteCommit
 from .pending import Key, PendingPartition
 from .result import PartitionWrite

@@ -14,10 +14,11 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from ..manifest import stats
+from ..manifest.layout import SEP, TABLE_NAME
+from ..manifest.snapshot import ManifestSnapshot, TableEntry
 from ..manifest.stats import TableStats
-from ..manifest.store import SEP, TABLE_NAME, ManifestSnapshot, TableEntry
-from ..spec.partition_spec import PartitionSpec
-from ..spec.partitioner import Rows
+from ..partitioning.partition_spec import PartitionSpec
+from ..partitioning.partitioner import Rows
 
 Key = tuple[Any, ...]
 """A partition key: the partition values in spec field order, typed like the manifest."""

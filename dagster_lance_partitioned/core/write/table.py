@@ -24,14 +24,15 @@ from lance.schema import LanceSchema
 from .. import storage
 from .. import table_version as tv
 from ..concurrency import LOCAL_TABLE_THREADS
-from ..manifest.store import ManifestStore, TableEntry, table_location
+from ..manifest.layout import table_location
+from ..manifest.snapshot import TableEntry
+from ..manifest.store import ManifestStore
+from ..partitioning.partition_constants import fill_constants, identity_constants
+from ..partitioning.partition_spec import PartitionSpec
 from ..schema.conform import append_layout, column_sources, conform_to, same_layout
-from ..spec.partition_constants import fill_constants, identity_constants
-from ..spec.partition_spec import PartitionSpec
+from ..tuning import tuning
 from . import ahead
 from .pending import Key, PendingPartition
-
-MAX_ROWS_PER_FILE = 1024 * 1024
 
 
 class TableWriter:
@@ -93,7 +94,7 @@ class TableWriter:
                     target,
                     schema=self.write_schema,
                     mode="create" if pending.existing is None else "overwrite",
-                    max_rows_per_file=MAX_ROWS_PER_FILE,
+                    max_rows_per_file=tuning().max_rows_per_file,
                     storage_options=self.store.storage_options,
                     session=_session_for(target),
                 )
@@ -164,7 +165,7 @@ class TableWriter:
             table,
             schema=layout,
             mode="overwrite",
-            max_rows_per_file=MAX_ROWS_PER_FILE,
+            max_rows_per_file=tuning().max_rows_per_file,
             data_storage_version=storage_version,
             storage_options=self.store.storage_options,
             session=_session_for(table),
@@ -190,7 +191,7 @@ class TableWriter:
             table,
             self.write_schema,
             self.store.storage_options,
-            MAX_ROWS_PER_FILE,
+            tuning().max_rows_per_file,
         )
         pending.record_written(frag.metadata for frag in ds.get_fragments())
         pending.version = ds.version
@@ -339,7 +340,7 @@ class TableWriter:
                 self.our_rows(pending, self.write_schema),
                 self.write_schema,
                 self.store.storage_options,
-                MAX_ROWS_PER_FILE,
+                tuning().max_rows_per_file,
             )
             cached = self._relocations[(pending.key, oid)] = (location, ds.version)
         return cached

@@ -13,11 +13,12 @@ import pyarrow as pa
 from .. import storage
 from ..concurrency import parallel_map, table_threads
 from ..manifest.naming import Naming
-from ..manifest.store import ManifestSnapshot, ManifestStore
+from ..manifest.snapshot import ManifestSnapshot
+from ..manifest.store import ManifestStore
+from ..partitioning.partition_spec import PartitionSpec
 from ..schema.conform import table_write_schema
 from ..search.build import index_version
 from ..search.declaration import declarations
-from ..spec.partition_spec import PartitionSpec
 from .ahead import MAX_AHEAD_ROWS, AheadFile
 from .append import AppendCommit
 from .commit import WriteCommit
