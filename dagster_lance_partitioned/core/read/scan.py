@@ -44,9 +44,10 @@ from .data_files import forget as forget_files
 from .data_files import read as read_files
 from .planning import ScanPlan, ScanTask, check_at_use
 
-# partition tables a scan reads at once on local disk: one per core (Lance's scans have their
-# own threads; more readers only take turns on the cores)
-LOCAL_CONCURRENCY = max(2, os.cpu_count() or 2)
+# partition tables a scan reads at once on local disk: two per core. Opening a table and its
+# data files waits on more than the CPU (a cold read of 150 small tables on 2 cores: 155 ms one
+# per core, 120 ms two, 122 ms four; bench/bench_read_filters.py); more only take turns
+LOCAL_CONCURRENCY = 2 * max(2, os.cpu_count() or 2)
 REMOTE_CONCURRENCY = 48  # ... on object stores: each table costs a few requests of latency
 CONCURRENCY_ENV = "DLP_SCAN_CONCURRENCY"  # overrides both defaults (a positive integer)
 # Bytes (of the partition tables' data files) a scan reads ahead of its consumer at most; one
