@@ -13,7 +13,9 @@ engine does with them:
   writer flags, history, health).
 - **Partition specs** as engines describe and evaluate them.
 - **Search indexes** as asset checks, jobs and the CLI declare, build and describe them.
-- **Storage** paths and listings, and the bounded thread pool core uses."""
+- **Storage** paths and listings, and the bounded thread pool core uses.
+- **Sizes and thresholds** core works with (:class:`~.tuning.Tuning`, changed for a block with
+  :func:`~.tuning.tuned`)."""
 
 # isort: skip_file
 from __future__ import annotations
