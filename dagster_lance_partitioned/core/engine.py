@@ -29,6 +29,7 @@ from .schema.conform import conform_for_write, table_write_schema
 from .write.mode import WRITE_MODES, check_mode
 from .write.staged import StageResult, StagedPartition, StagedWrite
 from .write.writer import PartitionWriter
+from .table_files import data_bytes
 
 # -- Reading the tables of a scan plan task by task; filters as engines pass them
 from .expr.filters import FilterLike, error_text, first_line, quote_ident, sql_literal, to_sql
@@ -189,6 +190,7 @@ __all__ = [
     "confined_error",
     "conform_for_write",
     "create_index",
+    "data_bytes",
     "declare_index",
     "declared_indexes",
     "derived_name",

@@ -16,9 +16,11 @@ import os
 import stat
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import lance
+from lance.fragment import FragmentMetadata
 
 from . import storage
 
@@ -172,3 +174,8 @@ __all__ = [
     "dataset_files",
     "forget_file_lists",
 ]
+
+
+def data_bytes(fragments: Iterable[FragmentMetadata]) -> int:
+    """Total size of the data files of ``fragments`` (0 where Lance did not record one)."""
+    return sum(f.file_size_bytes or 0 for frag in fragments for f in frag.files)

@@ -35,7 +35,7 @@ from ..core import (
     WriteError,
     WriteResult,
 )
-from ..core.engine import ManifestStore, StageResult, check_mode
+from ..core.engine import ManifestStore, StageResult, check_mode, data_bytes
 
 RESULT_PROPERTY = "spark.result"  # stored as dlp.spark.result
 WRITE_ID_PROPERTY = "write_id"  # set by the core for every staged write (dlp.write_id)
@@ -96,7 +96,7 @@ def summarize(spec_id: int, results: Sequence[StageResult | None], message_bytes
     for result in results:
         for part in result.partitions if result else ():
             pairs += 1
-            size = sum(f.file_size_bytes or 0 for frag in part.fragments for f in frag.files)
+            size = data_bytes(part.fragments)
             rows, nbytes = partitions.get(key_text(part.key), (0, 0))
             partitions[key_text(part.key)] = (rows + part.rows, nbytes + size)
     return Summary(spec_id, len(results), pairs, message_bytes, partitions)

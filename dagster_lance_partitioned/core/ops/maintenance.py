@@ -44,8 +44,7 @@ from ..read.scan import collect, count_matching, open_table
 from ..schema.namespace_schema import snapshot_schema
 from ..search.build import index_version
 from ..search.declaration import declarations
-from ..table_files import VersionFiles
-from ..write.pending import data_bytes
+from ..table_files import VersionFiles, data_bytes
 from .health import (
     ORPHAN_GRACE,
     TableListing,

@@ -38,7 +38,7 @@ from ..manifest.stats import TableStats
 from ..partitioning.partition_constants import fill_constants
 from ..schema.arrow_json import strip_field_ids
 from ..schema.conform import column_sources, conform_for_read
-from ..table_files import check_version_files
+from ..table_files import check_version_files, data_bytes
 from .data_files import SMALL_TABLE_ROWS, data_files, kept_rows
 from .data_files import forget as forget_files
 from .data_files import read as read_files
@@ -467,8 +467,7 @@ def collect(
     batches = iter_task_batches(task, schema, None, None, storage_options, TABLE_BATCH_ROWS)
     found = stats.of_batches((pa.Table.from_batches([b], schema=plain) for b in batches), schema)
     ds = open_table(task, storage_options)
-    size = sum(int(f.file_size_bytes or 0) for g in ds.get_fragments() for f in g.metadata.files)
-    return found.with_bytes(size)
+    return found.with_bytes(data_bytes(g.metadata for g in ds.get_fragments()))
 
 
 def count_plan_rows(
@@ -487,9 +486,14 @@ def count_plan_rows(
     plain = _plain(schema)
     translated = lance_filter(sql, plain)
 
+    def recorded(task: ScanTask) -> bool:
+        """Whether the manifest records the count: every row matches and its rows are known."""
+        return (not sql or task.filter_implied) and task.rows is not None
+
     def count(task: ScanTask) -> int:
-        if (not sql or task.filter_implied) and task.rows is not None:
-            return task.rows  # recorded in the manifest: no table is opened
+        if recorded(task):
+            assert task.rows is not None
+            return task.rows  # no table is opened
         if not sql or task.filter_implied:
             prepared = _guarded(
                 task,
@@ -501,9 +505,10 @@ def count_plan_rows(
         )
         return sum(b.num_rows for b in batches)
 
-    check_at_use(t for t in tasks if not ((not sql or t.filter_implied) and t.rows is not None))
+    opened = [t for t in tasks if not recorded(t)]
+    check_at_use(opened)
     workers = min(scan_concurrency(tasks[0].uri, concurrency), len(tasks))
-    if workers <= 1 or all((not sql or t.filter_implied) and t.rows is not None for t in tasks):
+    if workers <= 1 or not opened:
         return sum(count(t) for t in tasks)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dlp-count") as pool:
         return sum(pool.map(count, tasks))

@@ -40,8 +40,8 @@ from ..schema import arrow_json
 from ..schema.conform import conform_for_write, same_layout, table_write_schema
 from ..search.build import index_version
 from ..search.declaration import IndexDeclaration
+from ..table_files import data_bytes
 from ..tuning import tuning
-from ..write.pending import data_bytes
 from . import keys as K
 from .change import Applied, TableEdit
 

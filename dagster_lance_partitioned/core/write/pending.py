@@ -19,6 +19,7 @@ from ..manifest.snapshot import ManifestSnapshot, TableEntry
 from ..manifest.stats import TableStats
 from ..partitioning.partition_spec import PartitionSpec
 from ..partitioning.partitioner import Rows
+from ..table_files import data_bytes
 
 Key = tuple[Any, ...]
 """A partition key: the partition values in spec field order, typed like the manifest."""
@@ -107,8 +108,3 @@ class BaseIndex:
         """The table registered for ``key`` (None: none)."""
         self.resolve({key})
         return self.tables.get(key)
-
-
-def data_bytes(fragments: Iterable[FragmentMetadata]) -> int:
-    """Total size of the data files of ``fragments`` (0 where Lance did not record one)."""
-    return sum(f.file_size_bytes or 0 for frag in fragments for f in frag.files)
