@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import os
 import re
 import shutil
@@ -255,6 +256,7 @@ def check_ref_name(name: str | None, object_id: str | None, what: str) -> None:
         )
 
 
+@functools.lru_cache(maxsize=4096)
 def local_path(uri: str) -> str | None:
     """The local filesystem path of ``uri``, or None for object stores."""
     if not is_uri(uri):

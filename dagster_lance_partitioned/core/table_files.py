@@ -102,18 +102,21 @@ def check_version_files(
 
     A ``pinned`` version whose files this process knows already was checked when its read
     was planned (:func:`check_known_files`, in the planning thread), and is not checked
-    again here."""
+    again here; otherwise the files of a version read before are checked without listing
+    them again (a version never changes)."""
     base = storage.local_path(root)
     if base is None:
         return
     table = os.path.join(base, location)
     key = (table, int(ds.version))
-    if pinned and _known(key) is not None:
+    known = _known(key)
+    if pinned and known is not None:
         return
     storage.check_table_dir(root, location, object_id)
-    files = dataset_files(ds)
+    files = known if known is not None else dataset_files(ds)
     _check_files(root, location, object_id, table, files)
-    _keep(key, files)
+    if known is None:
+        _keep(key, files)
 
 
 def check_known_files(

@@ -1,7 +1,8 @@
 """The sizes and thresholds core works with, in one value: how much a write buffers before it
 flushes a fragment, how many rows a data file holds, how small a manifest is read whole, when
 the manifest is compacted and indexed, how often a row change re-plans, how many keys one
-delete request carries, how many documents one tokenizer call takes.
+delete request carries, how many documents one tokenizer call takes, when search measures a
+table's filtered rows exactly.
 
 :func:`tuning` is the value in effect (the defaults, :class:`Tuning`'s); :func:`tuned` changes
 it for a block -- what tests and benchmarks do to reach a threshold with few rows, and what a
@@ -40,6 +41,11 @@ class Tuning:
     """Keys per delete request on object storage (S3's DeleteObjects limit)."""
     text_chunk: int = 4_096
     """Documents tokenized in one call when full-text scores are computed."""
+    few_match_bytes: int = 16 * MIB
+    """An indexed table whose search filter keeps vectors of at most this many bytes has them
+    measured exactly from memory instead of searched through its index: exact costs grow
+    with those bytes, a Lance index search costs milliseconds whatever they are (even at
+    about 45 MiB of 128-dimension vectors; bench/bench_search.py)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -76,10 +76,13 @@ def scan_concurrency(uri: str, requested: int | None = None) -> int:
     return LOCAL_CONCURRENCY if storage.local_path(uri) is not None else REMOTE_CONCURRENCY
 
 
-def open_table(task: ScanTask, storage_options: dict[str, str] | None) -> lance.LanceDataset:
+def open_table(
+    task: ScanTask, storage_options: dict[str, str] | None, planned: bool = True
+) -> lance.LanceDataset:
     """The partition table at the version its manifest row pins, about to be read: on a local
     root, no file it reads is reached through a symbolic link (checked now, see
-    :func:`~.table_files.check_version_files`)."""
+    :func:`~.table_files.check_version_files`; a version read before was checked when the
+    read was planned, unless ``planned`` is False: the plan did not check links)."""
     options = tuple(sorted((storage_options or {}).items()))
     pinned = not (task.read_version is None and task.read_tag is None)
     if pinned:
@@ -87,7 +90,7 @@ def open_table(task: ScanTask, storage_options: dict[str, str] | None) -> lance.
     else:
         ds = _open(task.uri, None, None, None, options)  # latest of main: never cached
     # a version read before was checked when this read was planned (its files are known)
-    planned = task.read_version is not None and task.read_branch is None
+    planned = planned and task.read_version is not None and task.read_branch is None
     check_version_files(task.root, task.location, ds, task.object_id, pinned=planned)
     return ds
 

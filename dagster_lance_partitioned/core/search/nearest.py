@@ -12,8 +12,9 @@ global top k (ties by plan order, then row id).
   the pool's kept columns.
 - ``in_memory``: rows of an indexed table measured from their vectors kept in the session:
   the rows its index does not cover (appended since it was built), the rows recorded as
-  outliers of the index (:mod:`.ivf`), and every matching row when the table's filter keeps
-  at most :data:`FEW_MATCHES` rows (found by Lance, with the table's scalar indexes; these
+  outliers of the index (:mod:`.ivf`), and every matching row when the vectors of the rows
+  the table's filter keeps weigh at most ``Tuning.few_match_bytes`` (the rows found by
+  Lance, with the table's scalar indexes; these
   are gathered with the pooled tables' matching rows in one matrix per filter and ranked
   with them).
 - ``routed``: a query over several tables with IVF indexes probes the ``probes`` clusters
@@ -43,6 +44,7 @@ from ..expr.filters import filter_columns
 from ..manifest.state import NamespaceState
 from ..read.scan import _guarded, scan_concurrency
 from ..schema.arrow_json import strip_field_ids
+from ..tuning import tuning
 from . import exact, vectors
 from .distances import Vectors, distance, matrix_of, nearest_of, nearest_rows
 from .ivf import DEFAULT_PROBES, ivf_of, route
@@ -50,7 +52,6 @@ from .params import VectorParams, for_table
 from .pooled import (
     Matched,
     Pool,
-    each_table,
     pool_of,
     pooled_matches,
     pooled_nearest,
@@ -68,8 +69,6 @@ from .tables import (
 
 # candidates re-ranked by exact distance per row kept, unless refine_factor is given
 DEFAULT_REFINE = 10
-# an indexed table whose filter keeps at most this many rows has them measured exactly
-FEW_MATCHES = 8192
 _PLACE = "__dlp_place"  # while rows are merged: the plan position of their table
 
 
@@ -148,8 +147,8 @@ class VectorQuery:
         chosen = {id(t) for t in few}
         searched = [t for t in fast if t.index_on(self.column) is not None and id(t) not in chosen]
         # each table's IVF facts, read from its index statistics unless kept (milliseconds a
-        # table: two at a time)
-        each_table(self.state, searched, lambda t: ivf_of(self.session, t, self.column))
+        # table, read as a scan reads tables)
+        for_each_table(self.state, searched, lambda t: ivf_of(self.session, t, self.column))
         indexed: list[_Indexed] = []
         for table in fast:
             if table.index_on(self.column) is not None and not self.few_matches(table):
@@ -187,11 +186,13 @@ class VectorQuery:
         return Candidates(table, kept.row_ids[rows], dist)
 
     def few_matches(self, table: SearchTable) -> bool:
-        """An indexed table whose filter keeps at most :data:`FEW_MATCHES` rows (found by
-        Lance with the table's scalar indexes): they are measured exactly."""
+        """An indexed table whose filter keeps rows (found by Lance with the table's scalar
+        indexes) whose vectors weigh at most ``Tuning.few_match_bytes``: they are measured
+        exactly."""
         if table.lance_sql is None:
             return False
-        return len(matching_ids(self.session, table)) <= FEW_MATCHES
+        weight = len(matching_ids(self.session, table)) * len(self.vector) * 4
+        return weight <= tuning().few_match_bytes
 
     def pooled(
         self, tables: Sequence[SearchTable], few: Sequence[SearchTable] = ()

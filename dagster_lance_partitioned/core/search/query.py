@@ -85,7 +85,7 @@ def search(
     assert dimension is not None
     vector = as_vector(query, dimension, name)
     check_direction(vector, metric, name)
-    plan = plan_namespace(state, filter)
+    plan = plan_namespace(state, filter, check_links=False)  # checked when read
     opts = state.storage_options
 
     tables = for_each_task(state, plan.tasks, Opener(session, schema, plan.residual_filter, opts))

@@ -5,6 +5,7 @@ Shared by vector search (:mod:`.nearest`) and full-text search (:mod:`.text`).""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -27,14 +28,35 @@ SCORE = "_score"  # full-text search: the result column of BM25 scores (descendi
 T = TypeVar("T")
 
 
+class TableHandle:
+    """A partition table's Lance handle for one query, opened when the query first reads
+    the table, and its directory and the files of its version checked for links then (see
+    :func:`~..read.scan.open_table`): a table a query answers from what its session keeps
+    is neither opened nor checked, one whose files it reads is checked once."""
+
+    def __init__(self, task: ScanTask, opts: dict[str, str] | None) -> None:
+        self.task = task
+        self.opts = opts
+        self._ds: lance.LanceDataset | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def ds(self) -> lance.LanceDataset:
+        with self._lock:
+            if self._ds is None:
+                self._ds = open_table(self.task, self.opts, planned=False)
+            return self._ds
+
+
 @dataclass(frozen=True)
 class SearchTable:
-    """One partition table opened for a search: where its columns are, the filter that
+    """One partition table as a query searches it: its Lance handle (opened and checked for
+    links when first read, :class:`TableHandle`), where its columns are, the filter that
     applies inside it (None: none; ``lance_sql`` None while ``sql`` is set: DataFusion
     applies it after reading), its rows and Lance's descriptions of its indexes."""
 
     task: ScanTask
-    ds: lance.LanceDataset
+    handle: TableHandle
     sources: dict[str, str | None]
     native: bool  # the table holds every namespace column under the same name and type
     sql: str | None
@@ -42,6 +64,15 @@ class SearchTable:
     rows: int
     indexes: dict[str, Any] = field(default_factory=dict)
     version_key: tuple[str, int] = ("", 0)  # what names this table version in a session
+    # index_on's answers for this query (asked once per column and kinds)
+    found_indexes: dict[tuple[str, tuple[str, ...]], tuple[str, Any] | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @property
+    def ds(self) -> lance.LanceDataset:
+        """The table at its pinned version (opened, and checked for links, on first use)."""
+        return self.handle.ds
 
     @property
     def pushable(self) -> bool:
@@ -51,13 +82,18 @@ class SearchTable:
     def index_on(self, column: str, kinds: tuple[str, ...] = ()) -> tuple[str, Any] | None:
         """The one index on the table's ``column`` (name, description; of an index type
         starting with one of ``kinds`` when given), None when there is none or several."""
+        key = (column, kinds)
+        if key in self.found_indexes:
+            return self.found_indexes[key]
         on = [
             (name, d)
             for name, d in self.indexes.items()
             if column in (d.field_names or ())
             and (not kinds or str(getattr(d, "index_type", "")).upper().startswith(kinds))
         ]
-        return on[0] if len(on) == 1 else None
+        found = on[0] if len(on) == 1 else None
+        self.found_indexes[key] = found
+        return found
 
 
 def describe(ds: lance.LanceDataset) -> tuple[int, dict[str, Any]]:
@@ -98,13 +134,13 @@ class Opener:
 
     def __call__(self, task: ScanTask) -> SearchTable:
         """``task``'s table, opened for the search."""
-        ds = open_table(task, self.opts)
-        version = task.read_version if task.read_version is not None else int(ds.version)
+        handle = TableHandle(task, self.opts)
+        version = task.read_version if task.read_version is not None else int(handle.ds.version)
         key = (task.uri, int(version))
 
         def learn() -> _Facts:
-            sources, native = _layout(ds.schema, self.schema)
-            rows, indexes = describe(ds)
+            sources, native = _layout(handle.ds.schema, self.schema)
+            rows, indexes = describe(handle.ds)
             return _Facts(dict(sources), native, rows, indexes)
 
         if task.read_version is None:
@@ -117,7 +153,7 @@ class Opener:
         lance_sql = None if sql is None else self.lance_residual
         return SearchTable(
             task,
-            ds,
+            handle,
             facts.sources,
             facts.native,
             sql,

@@ -73,8 +73,8 @@ def search_text(
         return out_schema.empty_table()
     schema = state.schema_with_ids
     opts = state.storage_options
-    plan = plan_namespace(state, filter)
-    whole = plan_namespace(state, None) if filter is not None else plan
+    plan = plan_namespace(state, filter, check_links=False)  # checked when read
+    whole = plan_namespace(state, None, check_links=False) if filter is not None else plan
 
     unfiltered = Opener(session, schema, None, opts)
 

@@ -154,7 +154,7 @@ def test_a_query_probes_the_nearest_clusters_over_all_tables(ns, monkeypatch, pr
 
 
 def test_a_filter_keeping_few_rows_of_indexed_tables_measures_them_all(ns, monkeypatch):
-    # the filter keeps at most FEW_MATCHES rows of the table: they are measured exactly,
+    # the filter keeps few rows of the table (Tuning.few_match_bytes): they are measured exactly,
     # whatever the probes (the "in_memory" strategy equals the reference, use_index=False)
     one = "tenant = 'b' AND day = DATE '2024-01-02'"
     tables = [

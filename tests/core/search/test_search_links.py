@@ -1,0 +1,104 @@
+"""Search meets a symbolic link under a local root when it is about to read the table's files:
+a query that reads a partition table whose data file or directory is a link is refused with
+:class:`PathEscapeError` naming the partition, and reads nothing through it; tables a query
+answers from what its session keeps, or does not search, are not opened."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from dagster_lance_partitioned import PartitionedNamespace, PartitionField
+from dagster_lance_partitioned.core.errors import PathEscapeError
+from dagster_lance_partitioned.core.search.session import SearchSession
+
+pytestmark = pytest.mark.skipif(os.name == "nt", reason="symbolic links need privileges")
+
+DIM = 8
+
+
+def rows(n: int, tenant: str, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((n, DIM)).astype(np.float32)
+    return pa.table(
+        {
+            "id": pa.array([f"{tenant}{i}" for i in range(n)]),
+            "tenant": pa.array([tenant] * n),
+            "text": pa.array([f"word{i % 7} common" for i in range(n)]),
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), DIM),
+        }
+    )
+
+
+@pytest.fixture
+def ns(tmp_path: Path) -> PartitionedNamespace:
+    data = pa.concat_tables([rows(40, "a", 1), rows(40, "b", 2)])
+    ns = PartitionedNamespace.create(
+        tmp_path / "ns", data.schema, [PartitionField.identity("tenant")]
+    )
+    ns.write(data)
+    ns.create_index("text", "INVERTED")
+    return ns
+
+
+def link_data_file(ns: PartitionedNamespace, tenant: str, outside: Path) -> tuple[str, Path]:
+    """Replace the tenant's data file by a link to a copy outside the root."""
+    p = next(p for p in ns.inspect.partitions() if p["values"]["tenant"] == tenant)
+    table = Path(ns.uri) / p["location"]
+    ds = lance.dataset(str(table), version=p["read_version"])
+    name = ds.get_fragments()[0].metadata.files[0].path
+    outside.mkdir(parents=True, exist_ok=True)
+    shutil.copy(table / "data" / name, outside / name)
+    (table / "data" / name).unlink()
+    (table / "data" / name).symlink_to(outside / name)
+    return p["object_id"], table / "data" / name
+
+
+QUERIES = {
+    "vector": lambda ns, s, f: ns.search(np.zeros(DIM, np.float32) + 0.1, k=5, filter=f, session=s),
+    "text": lambda ns, s, f: ns.search("word3", k=5, filter=f, session=s),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(QUERIES))
+def test_a_search_reading_a_linked_table_is_refused(ns, tmp_path, kind):
+    oid, link = link_data_file(ns, "a", tmp_path / "outside")
+    with pytest.raises(PathEscapeError) as info:
+        QUERIES[kind](ns, SearchSession(), None)
+    assert info.value.object_id == oid and str(link) in str(info.value)
+    if kind == "vector":
+        # a query whose filter leaves the linked partition out reads only the other one
+        found = QUERIES[kind](ns, SearchSession(), "tenant = 'b'")
+        assert found.num_rows == 5 and set(found["tenant"].to_pylist()) == {"b"}
+    else:
+        # full-text scores take the statistics of every table, whatever the filter
+        with pytest.raises(PathEscapeError):
+            QUERIES[kind](ns, SearchSession(), "tenant = 'b'")
+
+
+def test_a_search_answered_from_its_session_opens_nothing_and_a_cold_one_is_refused(ns, tmp_path):
+    session = SearchSession()
+    before = QUERIES["vector"](ns, session, None)
+    oid, link = link_data_file(ns, "a", tmp_path / "outside")
+    os.remove(tmp_path / "outside" / link.name)  # the link leads nowhere now
+    again = QUERIES["vector"](ns, session, None)  # every row it needs is kept: no file read
+    assert again.equals(before)
+    session.clear()
+    with pytest.raises(PathEscapeError) as info:
+        QUERIES["vector"](ns, session, None)
+    assert info.value.object_id == oid
+
+
+def test_a_text_search_reads_its_best_rows_and_meets_the_link_warm_too(ns, tmp_path):
+    session = SearchSession()
+    QUERIES["text"](ns, session, None)
+    oid, _ = link_data_file(ns, "a", tmp_path / "outside")
+    with pytest.raises(PathEscapeError) as info:
+        QUERIES["text"](ns, session, None)
+    assert info.value.object_id == oid
