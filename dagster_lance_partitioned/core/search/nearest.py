@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..concurrency import serial_while_fast
+from ..concurrency import parallel_map
 from ..expr.filters import filter_columns
 from ..manifest.state import NamespaceState
 from ..read.scan import _guarded, scan_concurrency
@@ -445,7 +445,7 @@ class VectorQuery:
         threads = scan_concurrency(self.state.uri)
         places = sorted(set(place.tolist()))
         found.extend(
-            serial_while_fast(lambda p: _guarded(tables[p].task, lambda: read(p)), places, threads)
+            parallel_map(lambda p: _guarded(tables[p].task, lambda: read(p)), places, threads)
         )
         together = pa.concat_tables(found)
         order = np.lexsort(
