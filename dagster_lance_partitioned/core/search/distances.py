@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +18,7 @@ import pyarrow.compute as pc
 _EPS = float(np.finfo(np.float32).eps)
 
 
-def distance(matrix: np.ndarray, vector: np.ndarray, metric: str) -> np.ndarray:
+def distance(matrix: np.ndarray | Stacked, vector: np.ndarray, metric: str) -> np.ndarray:
     """Exact distances (float32) of the rows of ``matrix`` to ``vector`` as Lance computes
     them; a zero row is at cosine distance 1."""
     matrix = np.asarray(matrix, dtype=np.float32)
@@ -45,12 +46,62 @@ def matrix_of(values: pa.ChunkedArray | pa.Array, dimension: int) -> np.ndarray:
     return np.asarray(flat, dtype=np.float32).reshape(-1, dimension)
 
 
+class Stacked:
+    """Blocks of rows read as one matrix (block i's rows after block i - 1's), never copied
+    into one: a pool of many tables keeps each table's vectors as read, so that a table
+    read again replaces only its own block and a pool is not copied whole when made."""
+
+    def __init__(self, blocks: Sequence[np.ndarray], dimension: int) -> None:
+        self.blocks = list(blocks)
+        sizes = [len(b) for b in self.blocks]
+        self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.shape = (int(self.starts[-1]), dimension)
+        self.nbytes = int(sum(b.nbytes for b in self.blocks))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, positions: np.ndarray) -> np.ndarray:
+        """The rows at ``positions`` (integers, in any order), as one new matrix."""
+        positions = np.asarray(positions, dtype=np.int64)
+        out = np.empty((len(positions), self.shape[1]), np.float32)
+        order = np.argsort(positions, kind="stable")
+        ordered = positions[order]
+        cuts = np.searchsorted(ordered, self.starts)
+        for i, block in enumerate(self.blocks):
+            lo, hi = int(cuts[i]), int(cuts[i + 1])
+            if lo < hi:
+                out[order[lo:hi]] = block[ordered[lo:hi] - self.starts[i]]
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if not self.blocks:
+            return np.zeros(self.shape, dtype or np.float32)
+        return np.concatenate(self.blocks).astype(dtype or np.float32, copy=False)
+
+    def products(self, vector: np.ndarray) -> np.ndarray:
+        """Each row's dot product with ``vector`` (one streaming product per block)."""
+        if not self.blocks:
+            return np.zeros(0, np.float32)
+        return np.concatenate([np.einsum("ij,j->i", b, vector) for b in self.blocks])
+
+
+def products(matrix: np.ndarray | Stacked, vector: np.ndarray) -> np.ndarray:
+    """Each row's dot product with ``vector``."""
+    if isinstance(matrix, Stacked):
+        return matrix.products(vector)
+    # einsum streams the matrix once; numpy's matmul of a matrix by a vector took 2-3x as
+    # long on the benchmark's machine
+    dots: np.ndarray = np.einsum("ij,j->i", matrix, vector)
+    return dots
+
+
 @dataclass(frozen=True)
 class Vectors:
-    """Vectors of some rows of one table version: the matrix, their row ids, squared norms
-    and the largest norm."""
+    """Vectors of some rows of one table version (or of a pool's tables): the matrix, their
+    row ids, squared norms and the largest norm."""
 
-    matrix: np.ndarray
+    matrix: np.ndarray | Stacked
     row_ids: np.ndarray
     norms: np.ndarray
     largest: float
@@ -77,18 +128,16 @@ def screen(vectors: Vectors, vector: np.ndarray, metric: str) -> tuple[np.ndarra
     exact one (float32 rounding of the product)."""
     dimension = vectors.matrix.shape[1]
     q2 = float(np.dot(vector, vector))
-    # einsum streams the matrix once; numpy's matmul of a matrix by a vector took 2-3x as
-    # long on the benchmark's machine
-    products = np.einsum("ij,j->i", vectors.matrix, vector)
+    dots = products(vectors.matrix, vector)
     rounding = 4.0 * (dimension + 3) * _EPS
     if metric == "l2":
-        approx = vectors.norms - 2.0 * products + q2
+        approx = vectors.norms - 2.0 * dots + q2
         return approx, np.full(1, rounding * (vectors.largest + np.sqrt(q2)) ** 2)
     if metric == "dot":
-        return 1.0 - products, np.full(1, rounding * vectors.largest * np.sqrt(q2) + rounding)
+        return 1.0 - dots, np.full(1, rounding * vectors.largest * np.sqrt(q2) + rounding)
     scale = np.sqrt(vectors.norms) * np.float32(np.sqrt(q2))
     with np.errstate(divide="ignore", invalid="ignore"):
-        approx = 1.0 - np.where(scale > 0, products / scale, 0.0)
+        approx = 1.0 - np.where(scale > 0, dots / scale, 0.0)
     return approx, np.full(1, 2 * rounding)
 
 

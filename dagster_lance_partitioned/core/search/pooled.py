@@ -1,23 +1,27 @@
 """Many partition tables searched as one: the rows of every table of a query that has no
-vector index on the searched column, pooled. A :class:`Pool` holds their vectors in one
-matrix (one screening product ranks them all, instead of one per table) and, beside it, any
-other column of the same rows that a query needs: the columns a filter reads (the filter is
-then evaluated once over the rows of every pooled table, and its matches kept per filter)
-and the columns a search returns (its rows read from memory instead of one take per table).
+vector index on the searched column, pooled. A :class:`Pool` holds their vectors as one
+matrix (one screening product ranks them all, instead of one ranking per table) and, beside
+it, any other column of the same rows that a query needs: the columns a filter reads (the
+filter is then evaluated once over the rows of every pooled table, and its matches kept per
+filter) and the columns a search returns (its rows read from memory instead of one take per
+table).
 
-Everything is kept in the search session, per set of table versions (a table version never
-changes): the pool under ``pooled``, its columns under ``pooled column``, a filter's matches
-under ``pooled matches``. A pool is read with one take of every row per table, holding the
-vectors and the columns asked for together; a column asked for later is read with one more
-take per table, and only when the session can keep it (otherwise the caller reads what it
-needs table by table). A pool is kept whole or not at all: one larger than the session's
-budget is read again by every query, and another set of tables (a filter on partition
-columns choosing another subset, a table written since) is another pool, read anew."""
+A pool is made of one :class:`Block` per table version (its vectors as read, and the columns
+read with them; a version never changes), stacked (:class:`.distances.Stacked`), never
+copied into one matrix. Everything is kept in the search session, per set of table versions:
+the pool under ``pooled``, its columns under ``pooled column``, a filter's matches under
+``pooled matches``. Another set of tables (a table written since, a filter on partition
+columns choosing another subset) is another pool, made of the blocks the session's pools
+hold already and of the tables none holds, read by one scan each (vectors and the columns
+asked for together): after a write to one table, only that table is read again. A column
+asked for later is read with one more scan per table, and only when the session can keep it
+(otherwise the caller reads what it needs table by table). A pool larger than the session's
+budget is not kept: every query reads it again."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import numpy as np
@@ -27,7 +31,7 @@ from ..expr.filters import filter_columns
 from ..manifest.state import NamespaceState
 from ..read.scan import _filtered
 from .declaration import vector_dimension
-from .distances import Vectors, matrix_of, nearest_rows
+from .distances import Stacked, Vectors, matrix_of, nearest_rows
 from .session import SearchSession
 from .tables import SearchTable, for_each_table
 
@@ -38,16 +42,35 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
+class Block:
+    """One table version's rows in a pool: every row's id, which rows hold a vector, those
+    vectors (by their ids) and the other columns read with them (every row)."""
+
+    key: tuple[Hashable, ...]  # the table version and the vector column
+    row_ids: np.ndarray  # uint64, every row
+    has: np.ndarray  # bool, every row: it holds a vector
+    vectors: Vectors
+    columns: dict[str, pa.Array]
+
+    @property
+    def nbytes(self) -> int:
+        columns = sum(c.nbytes for c in self.columns.values())
+        return int(self.row_ids.nbytes + self.has.nbytes + self.vectors.nbytes + columns)
+
+
+@dataclass(frozen=True)
 class Pool:
     """The rows of several table versions together: where each table's rows start, every
     row's id, the positions of the rows holding a vector and those vectors (their
-    ``row_ids`` are the rows' ids in their own tables)."""
+    ``row_ids`` are the rows' ids in their own tables; the matrix is the tables' blocks,
+    :class:`.distances.Stacked`)."""
 
     key: tuple[Hashable, ...]
     starts: np.ndarray  # int64, one more than the tables: table i holds [starts[i], starts[i + 1])
     row_ids: np.ndarray  # uint64, every row
     valid: np.ndarray  # int64 positions of the rows holding a vector, ascending
     vectors: Vectors
+    blocks: tuple[Block, ...] = ()
 
     @property
     def rows(self) -> int:
@@ -55,9 +78,27 @@ class Pool:
 
     @property
     def nbytes(self) -> int:
+        columns = sum(c.nbytes for b in self.blocks for c in b.columns.values())
         return int(
-            self.vectors.nbytes + self.starts.nbytes + self.row_ids.nbytes + self.valid.nbytes
+            self.vectors.nbytes
+            + self.starts.nbytes
+            + self.row_ids.nbytes
+            + self.valid.nbytes
+            + columns
         )
+
+    @classmethod
+    def of(cls, key: tuple[Hashable, ...], blocks: Sequence[Block], dimension: int) -> Pool:
+        """The pool of ``blocks``, one after another."""
+        sizes = [len(b.row_ids) for b in blocks]
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        row_ids = _joined([b.row_ids for b in blocks], np.uint64)
+        valid = np.flatnonzero(_joined([b.has for b in blocks], bool)).astype(np.int64)
+        norms = _joined([b.vectors.norms for b in blocks], np.float32)
+        largest = max((b.vectors.largest for b in blocks), default=0.0)
+        matrix = Stacked([b.vectors.matrix for b in blocks], dimension)  # type: ignore[misc]
+        vectors = Vectors(matrix, row_ids[valid], norms, largest)
+        return cls(key, starts, row_ids, valid, vectors, tuple(blocks))
 
     def owners(self, positions: np.ndarray) -> np.ndarray:
         """The table (its place in the pool) of each of the vector rows at ``positions``."""
@@ -86,7 +127,7 @@ class Matched:
         if not parts:
             empty = np.zeros(0, np.int64)
             return cls(Vectors.of(np.zeros((0, dimension), np.float32), empty), empty, empty)
-        matrix = np.concatenate([v.matrix for v, _, _ in parts])
+        matrix = np.concatenate([np.asarray(v.matrix) for v, _, _ in parts])
         row_ids = np.concatenate([v.row_ids for v, _, _ in parts])
         return cls(
             Vectors.of(matrix, row_ids),
@@ -108,40 +149,68 @@ def pool_of(
     also: Sequence[str] = (),
 ) -> Pool:
     """The pool of the vectors of ``column`` over ``tables`` (native tables: every namespace
-    column under its own name); read, with the columns ``also`` in the same scans, when the
-    session does not keep it."""
+    column under its own name), with the columns ``also``: kept in the session, or made of
+    the blocks of the table versions that pools the session keeps hold already and of the
+    other tables, read (vectors and columns in one scan each)."""
     key = pool_key(tables, column)
     found = session.get("pooled", key)
     if found is not None:
         return found  # type: ignore[no-any-return]
     extra = [c for c in dict.fromkeys(also) if c != column]
     dimension = vector_dimension(tables[0].ds.schema.field(column).type) or 1
+    pools: list[Pool] = session.values("pooled")
+    kept = {b.key: b for pool in pools for b in pool.blocks}
 
-    def read(table: SearchTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[pa.Array]]:
-        got = every_row(table, [column, *extra])
-        values = got.column(column)
-        ids = got.column("_rowid").to_numpy().astype(np.uint64)
-        if values.null_count:
-            has = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            values = values.filter(pa.array(has))
-        else:
-            has = np.ones(len(ids), dtype=bool)
-        vectors = matrix_of(values, dimension)
-        return ids, has, vectors, [_array(got.column(c)) for c in extra]
+    def read(table: SearchTable) -> Block:
+        block = kept.get((*table.version_key, column))
+        if block is None:
+            return read_block(table, column, extra, dimension)
+        missing = [c for c in extra if c not in block.columns]
+        if not missing:
+            return block
+        got = columns_of(table, block.row_ids, missing)
+        return replace(block, columns={**block.columns, **got})
 
-    parts = for_each_table(state, tables, read)
-    sizes = [len(ids) for ids, _, _, _ in parts]
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    row_ids = np.concatenate([ids for ids, _, _, _ in parts]) if parts else np.zeros(0, np.uint64)
-    has = np.concatenate([h for _, h, _, _ in parts]) if parts else np.zeros(0, bool)
-    valid = np.flatnonzero(has).astype(np.int64)
-    matrix = np.concatenate([m for _, _, m, _ in parts]) if parts else np.zeros((0, dimension))
-    pool = Pool(key, starts, row_ids.astype(np.uint64), valid, Vectors.of(matrix, row_ids[valid]))
+    pool = Pool.of(key, for_each_table(state, tables, read), dimension)
     session.put("pooled", key, pool, pool.nbytes)
-    for i, name in enumerate(extra):
-        values = _concat([p[3][i] for p in parts], tables[0].ds.schema.field(name).type)
+    for name in extra:
+        kind = tables[0].ds.schema.field(name).type
+        values = _concat([b.columns[name] for b in pool.blocks], kind)
         session.put("pooled column", (*key, name), values, values.nbytes)
     return pool
+
+
+def read_block(table: SearchTable, column: str, extra: Sequence[str], dimension: int) -> Block:
+    """A table version's block: its vectors of ``column`` and its columns ``extra``, read by
+    one scan."""
+    got = every_row(table, [column, *extra])
+    values = got.column(column)
+    ids = got.column("_rowid").to_numpy().astype(np.uint64)
+    if values.null_count:
+        has = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        values = values.filter(pa.array(has))
+    else:
+        has = np.ones(len(ids), dtype=bool)
+    vectors = Vectors.of(matrix_of(values, dimension), ids[has])
+    columns = {c: _array(got.column(c)) for c in extra}
+    return Block((*table.version_key, column), ids, has, vectors, columns)
+
+
+def columns_of(
+    table: SearchTable, row_ids: np.ndarray, names: Sequence[str]
+) -> dict[str, pa.Array]:
+    """Columns ``names`` of every row of a table version, in the order of ``row_ids``."""
+    got = every_row(table, list(names))
+    ids = got.column("_rowid").to_numpy().astype(np.uint64)
+    take = None
+    if not np.array_equal(ids, row_ids):  # the same rows, read in another order
+        order = np.argsort(ids, kind="stable")
+        take = pa.array(order[np.searchsorted(ids, row_ids, sorter=order)])
+    out = {}
+    for name in names:
+        values = _array(got.column(name))
+        out[name] = values if take is None else values.take(take)
+    return out
 
 
 def pooled_column(
@@ -165,15 +234,10 @@ def pooled_column(
     place = {id(t): i for i, t in enumerate(tables)}
 
     def read(table: SearchTable) -> pa.Array:
-        i = place[id(table)]
-        got = every_row(table, [name])
-        values = _array(got.column(name))
-        ids = got.column("_rowid").to_numpy().astype(np.uint64)
-        expected = pool.row_ids[pool.starts[i] : pool.starts[i + 1]]
-        if not np.array_equal(ids, expected):  # the same rows, read in another order
-            order = np.argsort(ids, kind="stable")
-            values = values.take(pa.array(order[np.searchsorted(ids, expected, sorter=order)]))
-        return values
+        block = pool.blocks[place[id(table)]]
+        if name in block.columns:
+            return block.columns[name]
+        return columns_of(table, block.row_ids, [name])[name]
 
     parts = for_each_table(state, tables, read)
     values = _concat(parts, kind)
@@ -276,3 +340,9 @@ def _fixed_width(kind: pa.DataType) -> bool:
         return kind.byte_width > 0 and not pa.types.is_fixed_size_list(kind)
     except ValueError:
         return False
+
+
+def _joined(parts: Sequence[np.ndarray], dtype: type) -> np.ndarray:
+    if not parts:
+        return np.zeros(0, dtype)
+    return np.concatenate(parts).astype(dtype, copy=False)

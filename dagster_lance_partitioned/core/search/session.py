@@ -76,6 +76,12 @@ class SearchSession:
             self._items.move_to_end((kind, key))
             return hit[0]
 
+    def values(self, kind: str) -> list[Any]:
+        """Every entry kept of ``kind``, least recently used first (none of them is used:
+        their order stays)."""
+        with self._lock:
+            return [value for (k, _), (value, _) in self._items.items() if k == kind]
+
     def put(self, kind: str, key: Hashable, value: Any, nbytes: int) -> None:
         """Keep ``value`` (weighing ``nbytes``) unless it alone exceeds the budget; the least
         recently used entries go to make room."""

@@ -146,6 +146,34 @@ def test_a_table_version_changed_gives_a_new_pool(tmp_path):
     assert got.column("_distance")[0].as_py() == 0.0
 
 
+def test_a_table_written_since_is_the_only_one_read_again(tmp_path):
+    # tables x days: 15 small partitions, pooled; one of them written to
+    ns = make_ns(tmp_path / "ns", make_rows(600, seed=65, tenants=TENANTS, weights=None))
+    session = SearchSession()
+    q = np.random.default_rng(6).normal(size=DIM).astype(np.float32)
+    first = ns.search(q, k=5, columns=["id", "tenant"], session=session)
+    (before,) = session.values("pooled")
+    twin = make_rows(1, seed=66, start=20_000, tenants=("c",), weights=None)
+    twin = twin.set_column(
+        SCHEMA.get_field_index("v"), "v", pa.array([q.tolist()], SCHEMA.field("v").type)
+    )
+    ns.write(twin, mode="append")
+    got = ns.search(q, k=5, columns=["id", "tenant"], session=session)
+    assert got.column("id")[0].as_py() == 20_000 and got.column("_distance")[0].as_py() == 0.0
+    assert got.slice(1).select(["id", "tenant"]).equals(first.slice(0, 4).select(["id", "tenant"]))
+    assert got.equals(ns.search(q, k=5, columns=["id", "tenant"], use_index=False))
+    after = next(p for p in session.values("pooled") if p is not before)
+    old = {b.key: b for b in before.blocks}
+    reused = [b for b in after.blocks if old.get(b.key) is b]
+    assert len(after.blocks) == len(before.blocks) == 15
+    assert len(reused) == 14  # every block but the one of the table written is the same object
+    (fresh,) = [b for b in after.blocks if b.key not in old]
+    assert (
+        len(fresh.row_ids)
+        == len(next(b for b in before.blocks if b.key[0] == fresh.key[0]).row_ids) + 1
+    )
+
+
 @pytest.fixture(scope="module")
 def mixed_ns(tmp_path_factory):
     """Partitions of 25-500 rows, the larger ones with an IVF_FLAT index: a filter's rows in

@@ -28,7 +28,12 @@ from hypothesis import strategies as st
 
 from dagster_lance_partitioned.core.concurrency import serial_while_fast
 from dagster_lance_partitioned.core.errors import SearchQueryError
-from dagster_lance_partitioned.core.search.distances import Vectors, distance, nearest_rows
+from dagster_lance_partitioned.core.search.distances import (
+    Stacked,
+    Vectors,
+    distance,
+    nearest_rows,
+)
 from dagster_lance_partitioned.core.search.ivf import CENTROIDS_ENV, OUTLIERS_KEY, route
 
 DIM = 16
@@ -252,8 +257,13 @@ def test_route_picks_the_nearest_centroids_across_tables():
     assert picked(100) == [[0, 1], [0, 1, 2], [0]]
 
 
-def cached(matrix: np.ndarray) -> Vectors:
-    return Vectors.of(matrix, np.arange(len(matrix), dtype=np.uint64))
+def cached(matrix: np.ndarray, cuts: list[int] | None = None) -> Vectors:
+    """The rows as one matrix, or (``cuts``) as blocks stacked as a pool's tables are."""
+    flat = Vectors.of(matrix, np.arange(len(matrix), dtype=np.uint64))
+    if cuts is None:
+        return flat
+    blocks = np.split(matrix, sorted(c % (len(matrix) + 1) for c in cuts))
+    return Vectors(Stacked(blocks, matrix.shape[1]), flat.row_ids, flat.norms, flat.largest)
 
 
 @settings(max_examples=60, deadline=None)
@@ -264,20 +274,29 @@ def cached(matrix: np.ndarray) -> Vectors:
     duplicates=st.booleans(),
     seed=st.integers(0, 2**16),
     metric=st.sampled_from(["l2", "cosine", "dot"]),
+    cuts=st.none() | st.lists(st.integers(0, 400), max_size=6),
 )
-def test_cached_ranking_equals_a_full_sort(rows, k, offset, duplicates, seed, metric):
+def test_cached_ranking_equals_a_full_sort(rows, k, offset, duplicates, seed, metric, cuts):
     # the screening strategy (one matrix product, then the rows its rounding bound leaves a
-    # chance measured exactly) equals measuring every row, under every metric
+    # chance measured exactly) equals measuring every row, under every metric, whether the
+    # rows are one matrix or blocks stacked (a pool's tables, empty blocks included)
     rng = np.random.default_rng(seed)
     matrix = (rng.normal(size=(rows, 8)) + offset).astype(np.float32)
     if duplicates:
         matrix[rows // 2 :] = matrix[: rows - rows // 2]
     q = matrix[rng.integers(0, rows)] + rng.normal(scale=0.01, size=8).astype(np.float32)
-    positions, got = nearest_rows(cached(matrix), q, k, metric)
+    vectors = cached(matrix, cuts)
+    positions, got = nearest_rows(vectors, q, k, metric)
     full = distance(matrix, q, metric)
     expected = np.argsort(full, kind="stable")[:k]
     assert positions.tolist() == expected.tolist()
     assert got.tolist() == full[expected].tolist()
+    among = np.sort(rng.choice(rows, size=max(1, rows // 3), replace=False))
+    positions, got = nearest_rows(vectors, q, k, metric, among)
+    expected = among[np.argsort(full[among], kind="stable")[:k]]
+    assert positions.tolist() == expected.tolist()
+    picked = rng.integers(0, rows, size=7)  # any order, repeats
+    assert np.array_equal(vectors.matrix[picked], matrix[picked])
 
 
 def test_cached_ranking_far_from_the_origin_is_exact():
