@@ -1,0 +1,144 @@
+"""What an all-tenant vector query costs when its search session keeps nothing (cold), when it
+keeps the answer's state (warm), and right after a one-row append to one small partition
+table (the session kept the pool of the tables before the write), on the data of
+``bench/bench_search.py`` (1,000,000 vectors, 150 tenants); and, with
+``--every-table-indexed``, the same with every partition table given a vector index (none
+pooled), with recall against brute force.
+
+The namespace is copied from ``bench_search.py``'s work directory first (the appends and the
+indexes change the copy only). Run by hand, after ``bench_search.py --workdir DIR`` built the
+data (results in docs/explanation/benchmarks.md, "Issue 33, third pass"):
+
+    .venv/bin/python bench/bench_search_cold.py --workdir /tmp/bs_final
+    .venv/bin/python bench/bench_search_cold.py --workdir /tmp/bs_final --every-table-indexed
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("LANCE_LOG", "error")
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_search as data
+
+from dagster_lance_partitioned import PartitionedNamespace
+from dagster_lance_partitioned.core.search.session import SearchSession
+
+
+def ms(values: list[float]) -> float:
+    return statistics.median(values) * 1e3
+
+
+def after_writes(ns: PartitionedNamespace, qv: np.ndarray, writes: int) -> list[str]:
+    """Cold, warm and right after a one-row append to a small tenant, interleaved."""
+    session = SearchSession()
+    cold, warm, after = [], [], []
+    schema = ns.schema
+    for i in range(writes):
+        q = qv[i]
+        session.clear()
+        t = time.perf_counter()
+        ns.search(q, k=10, columns=["id"], session=session)
+        cold.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        ns.search(q, k=10, columns=["id"], session=session)
+        warm.append(time.perf_counter() - t)
+        row = {
+            "id": pa.array([10_000_000 + i], pa.int64()),
+            "tenant": [f"t{data.TENANTS - 1 - i % 100:03d}"],  # the 100 smallest, in turn
+            "cat": pa.array([1], pa.int32()),
+            "price": pa.array([1.0], pa.float32()),
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(q), data.DIM),
+        }
+        table = pa.table(row)
+        ns.write(table.cast(pa.schema([schema.field(n) for n in table.column_names])))
+        t = time.perf_counter()
+        got = ns.search(q, k=10, columns=["id"], session=session)
+        after.append(time.perf_counter() - t)
+        assert got["id"][0].as_py() == 10_000_000 + i, "the row appended is the nearest"
+    w = ms(warm)
+    return [
+        "| all tenants, package defaults | p50 ms | / warm |",
+        "|---|---:|---:|",
+        f"| cold (session cleared) | {ms(cold):.1f} | {ms(cold) / w:.2f} |",
+        f"| warm (the same query again) | {w:.1f} | 1.00 |",
+        f"| first query after a one-row append to a small table | {ms(after):.1f} | "
+        f"{ms(after) / w:.2f} |",
+    ]
+
+
+def every_table_indexed(ns: PartitionedNamespace, qv: np.ndarray, n: int) -> list[str]:
+    """Every partition table given an IVF_PQ index (min_rows below the smallest tenant):
+    cold and warm latency and recall against brute force, defaults and tuned."""
+    for decl in ns.indexes():
+        if decl.column == "vec":
+            ns.drop_index(decl.name)
+    t = time.perf_counter()
+    coverage = ns.create_index("vec", "IVF_PQ", min_rows=1000)
+    built = time.perf_counter() - t
+    table, vectors, _, _ = data.vector_data(1_000_000)
+    norms = np.einsum("ij,ij->i", vectors, vectors)
+    truth = data.exact_top(vectors, norms, None, qv[:n])
+    ids = table.column("id").to_numpy()
+    session = SearchSession()
+    out = [
+        f"Every table indexed: {coverage.partitions_indexed} indexed, "
+        f"{coverage.partitions_flat} flat, built in {built:.1f} s.",
+        "",
+        "| params | recall@10 | cold p50 ms | warm p50 ms | cold / warm |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, params in (
+        ("defaults", {}),
+        ("probes=10, refine_factor=10", data.parse_params("probes=10,refine_factor=10")),
+    ):
+        cold, warm, recall = [], [], []
+        for i in range(n):
+            session.clear()
+            t = time.perf_counter()
+            ns.search(qv[i], k=10, columns=["id"], session=session, **params)
+            cold.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            got = ns.search(qv[i], k=10, columns=["id"], session=session, **params)
+            warm.append(time.perf_counter() - t)
+            want = set(ids[truth[i]].tolist())
+            recall.append(len(set(got["id"].to_pylist()) & want) / 10)
+        out.append(
+            f"| {label} | {statistics.mean(recall):.3f} | {ms(cold):.1f} | {ms(warm):.1f} | "
+            f"{ms(cold) / ms(warm):.2f} |"
+        )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workdir", required=True, help="bench_search.py's work directory")
+    ap.add_argument("--queries", type=int, default=60)
+    ap.add_argument("--every-table-indexed", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.workdir))) as tmp:
+        copy = os.path.join(tmp, "ns")
+        shutil.copytree(os.path.join(args.workdir, "ns"), copy, symlinks=True)
+        ns = PartitionedNamespace.open(copy)
+        _, vectors, tenant, _ = data.vector_data(1_000_000)
+        qv, _ = data.queries(vectors, tenant, args.queries)
+        del vectors
+        if args.every_table_indexed:
+            lines = every_table_indexed(ns, qv[1], args.queries)
+        else:
+            lines = after_writes(ns, qv[1], args.queries)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
