@@ -15,7 +15,14 @@ from pathlib import Path
 
 import lance
 import pytest
-from helpers.data import SCHEMA, file_hashes, fingerprint, sample_table, sorted_rows
+from helpers.data import (
+    SCHEMA,
+    file_hashes,
+    fingerprint,
+    link_data_file,
+    sample_table,
+    sorted_rows,
+)
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core import storage
@@ -319,14 +326,7 @@ def link_a_data_file(ns: PartitionedNamespace, outside: Path) -> tuple[str, str,
     outside the root (the rows are the same: only the link is wrong). Its object id,
     location and the link."""
     p = us(ns)
-    table = Path(ns.uri) / p["location"]
-    ds = lance.dataset(str(table), version=p["read_version"])
-    name = ds.get_fragments()[0].metadata.files[0].path
-    outside.mkdir(parents=True, exist_ok=True)
-    shutil.copy(table / "data" / name, outside / name)
-    (table / "data" / name).unlink()
-    (table / "data" / name).symlink_to(outside / name)
-    return p["object_id"], p["location"], table / "data" / name
+    return p["object_id"], p["location"], link_data_file(ns.uri, p, outside)
 
 
 def test_a_data_file_linked_outside_is_never_read(ns, tmp_path: Path) -> None:

@@ -1,11 +1,12 @@
-"""Shared test data: a sample schema and table, sorted rows, and a fingerprint of everything
-stored under a namespace root."""
+"""Shared test data: a sample schema and table, sorted rows, a fingerprint of everything
+stored under a namespace root, and a partition table's data file swapped for a link."""
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,20 @@ def fail_write(ns: Any, data: pa.Table) -> None:
 
     with before_manifest_commit(ns, boom), pytest.raises(RuntimeError, match="injected"):
         ns.write(data)
+
+
+def link_data_file(root: str, partition: dict, outside: Path) -> Path:
+    """Replace the first data file of ``partition``'s pinned version (a row of
+    ``ns.inspect.partitions()``) by a link to a copy of it in ``outside`` (the rows are the
+    same: only the link is wrong); the link."""
+    table = Path(root) / partition["location"]
+    ds = lance.dataset(str(table), version=partition["read_version"])
+    name = ds.get_fragments()[0].metadata.files[0].path
+    outside.mkdir(parents=True, exist_ok=True)
+    shutil.copy(table / "data" / name, outside / name)
+    (table / "data" / name).unlink()
+    (table / "data" / name).symlink_to(outside / name)
+    return table / "data" / name
 
 
 def file_hashes(root: str | Path) -> dict[str, str]:

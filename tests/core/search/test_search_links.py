@@ -6,13 +6,12 @@ answers from what its session keeps, or does not search, are not opened."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
-import lance
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers.data import link_data_file as link_first_data_file
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import PathEscapeError
@@ -50,14 +49,7 @@ def ns(tmp_path: Path) -> PartitionedNamespace:
 def link_data_file(ns: PartitionedNamespace, tenant: str, outside: Path) -> tuple[str, Path]:
     """Replace the tenant's data file by a link to a copy outside the root."""
     p = next(p for p in ns.inspect.partitions() if p["values"]["tenant"] == tenant)
-    table = Path(ns.uri) / p["location"]
-    ds = lance.dataset(str(table), version=p["read_version"])
-    name = ds.get_fragments()[0].metadata.files[0].path
-    outside.mkdir(parents=True, exist_ok=True)
-    shutil.copy(table / "data" / name, outside / name)
-    (table / "data" / name).unlink()
-    (table / "data" / name).symlink_to(outside / name)
-    return p["object_id"], table / "data" / name
+    return p["object_id"], link_first_data_file(ns.uri, p, outside)
 
 
 QUERIES = {
