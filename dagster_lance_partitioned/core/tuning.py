@@ -43,9 +43,10 @@ class Tuning:
     """Documents tokenized in one call when full-text scores are computed."""
     few_match_bytes: int = 16 * MIB
     """An indexed table whose search filter keeps vectors of at most this many bytes has them
-    measured exactly from memory instead of searched through its index: exact costs grow
-    with those bytes, a Lance index search costs milliseconds whatever they are (even at
-    about 45 MiB of 128-dimension vectors; bench/bench_search.py)."""
+    measured exactly from memory instead of searched through its index (the lightest tables
+    first, while together they weigh at most a quarter of the search session's budget):
+    exact costs grow with those bytes, a Lance index search costs milliseconds whatever they
+    are (even at about 45 MiB of 128-dimension vectors; docs/explanation/search.md)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -13,7 +13,7 @@ global top k (ties by plan order, then row id).
 - ``in_memory``: rows of an indexed table measured from their vectors kept in the session:
   the rows its index does not cover (appended since it was built), the rows recorded as
   outliers of the index (:mod:`.ivf`), and every matching row when the vectors of the rows
-  the table's filter keeps weigh at most ``Tuning.few_match_bytes`` (the rows found by
+  the table's filter keeps are few (:meth:`VectorQuery.gathered`; the rows found by
   Lance, with the table's scalar indexes; these
   are gathered with the pooled tables' matching rows in one matrix per filter and ranked
   with them).
@@ -142,7 +142,7 @@ class VectorQuery:
         slow = [t for t in tables if not t.pushable]
         fast = [t for t in tables if t.pushable]
         flat = [t for t in fast if t.index_on(self.column) is None]
-        few = [t for t in fast if t.index_on(self.column) is not None and self.few_matches(t)]
+        few = self.gathered([t for t in fast if t.index_on(self.column) is not None])
         candidates = self.pooled(flat, few)
         chosen = {id(t) for t in few}
         searched = [t for t in fast if t.index_on(self.column) is not None and id(t) not in chosen]
@@ -151,7 +151,7 @@ class VectorQuery:
         for_each_table(self.state, searched, lambda t: ivf_of(self.session, t, self.column))
         indexed: list[_Indexed] = []
         for table in fast:
-            if table.index_on(self.column) is not None and not self.few_matches(table):
+            if table.index_on(self.column) is not None and id(table) not in chosen:
                 part = self.in_memory(table, candidates)
                 if part is not None:
                     indexed.append(part)
@@ -185,14 +185,27 @@ class VectorQuery:
         rows, dist = nearest_rows(kept, self.vector, self.k, self.metric)
         return Candidates(table, kept.row_ids[rows], dist)
 
-    def few_matches(self, table: SearchTable) -> bool:
-        """An indexed table whose filter keeps rows (found by Lance with the table's scalar
-        indexes) whose vectors weigh at most ``Tuning.few_match_bytes``: they are measured
-        exactly."""
-        if table.lance_sql is None:
-            return False
-        weight = len(matching_ids(self.session, table)) * len(self.vector) * 4
-        return weight <= tuning().few_match_bytes
+    def gathered(self, indexed: Sequence[SearchTable]) -> list[SearchTable]:
+        """The indexed tables whose filtered rows are measured exactly, in plan order: those
+        whose filter keeps rows (found by Lance with the table's scalar indexes) whose vectors
+        weigh at most ``Tuning.few_match_bytes``, the lightest first while together they weigh
+        at most a quarter of the session's budget (at least ``few_match_bytes``): the rows
+        gathered for one filter are kept in the session."""
+        limit = tuning().few_match_bytes
+        cap = max(limit, self.session.budget_bytes // 4)
+        weighed = sorted(
+            (len(matching_ids(self.session, t)) * len(self.vector) * 4, self.places[id(t)], t)
+            for t in indexed
+            if t.lance_sql is not None
+        )
+        chosen: set[int] = set()
+        total = 0
+        for weight, _, table in weighed:
+            if weight > limit or total + weight > cap:
+                break
+            chosen.add(id(table))
+            total += weight
+        return [t for t in indexed if id(t) in chosen]
 
     def pooled(
         self, tables: Sequence[SearchTable], few: Sequence[SearchTable] = ()

@@ -14,7 +14,11 @@ from helpers.search import SCHEMA, brute_force, make_ns, make_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dagster_lance_partitioned.core.read.planning import plan_namespace
+from dagster_lance_partitioned.core.search.nearest import VectorQuery
+from dagster_lance_partitioned.core.search.params import VectorParams
 from dagster_lance_partitioned.core.search.session import SearchSession
+from dagster_lance_partitioned.core.search.tables import Opener, matching_ids
 
 DIM = 16
 TENANTS = ("a", "b", "c", "d", "e")
@@ -207,3 +211,41 @@ def test_a_filters_rows_in_indexed_and_pooled_tables_rank_as_the_reference(
         assert got.equals(want), (got.to_pydict(), want.to_pydict())
     if budget is None and got.num_rows:
         assert "matched" in session.report()
+
+
+def test_indexed_tables_gathered_are_the_lightest_within_a_quarter_of_the_budget(mixed_ns, tune):
+    # every indexed table's filtered rows are few enough alone; together they exceed a quarter
+    # of the session's budget: the lightest are gathered, the others searched by Lance
+    state = mixed_ns.state
+    sql = "n >= 0"
+    plan = plan_namespace(state, sql, check_links=False)
+    opener = Opener(SearchSession(), state.schema_with_ids, plan.residual_filter, None)
+    tables = [opener(t) for t in plan.tasks]
+    indexed = [t for t in tables if t.index_on("v") is not None]
+    assert len(indexed) >= 3 and all(t.lance_sql is not None for t in indexed)
+    weights = {id(t): len(matching_ids(SearchSession(), t)) * DIM * 4 for t in indexed}
+    light = sorted(weights.values())
+    cap = max(light[-1], sum(light) // 2)  # every table fits alone, not all together
+    budget = 4 * cap
+    q = np.zeros(DIM, np.float32)
+    schema = state.schema_with_ids
+
+    def gathered() -> list:
+        session = SearchSession(budget)
+        query = VectorQuery(state, session, schema, schema, "v", q, 5, "l2", VectorParams())
+        query.places = {id(t): i for i, t in enumerate(tables)}
+        return query.gathered(indexed)
+
+    tune(few_match_bytes=light[-1])
+    picked = gathered()
+    fit = max(i for i in range(len(light) + 1) if sum(light[:i]) <= cap)
+    assert 0 < len(picked) == fit < len(indexed)
+    assert sorted(weights[id(t)] for t in picked) == light[:fit]
+    assert [t for t in indexed if t in picked] == picked  # in plan order
+    tune(few_match_bytes=light[0] - 1)
+    assert gathered() == []  # none is few enough alone
+    # and the answer is the reference's, whichever tables are gathered
+    for size in (budget, None):
+        got = mixed_ns.search(q, k=5, filter=sql, session=SearchSession(size), columns=["id"])
+        want = mixed_ns.search(q, k=5, filter=sql, use_index=False, columns=["id"])
+        assert got["id"].to_pylist() == want["id"].to_pylist()
