@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +37,6 @@ from .tables import SearchTable, for_each_table
 POSITION = "__dlp_position"  # the rows' positions in a pool, while a filter is evaluated
 # bytes a value of a column of variable width is taken to weigh before it is read
 VARIABLE_WIDTH = 64
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -51,11 +49,6 @@ class Block:
     has: np.ndarray  # bool, every row: it holds a vector
     vectors: Vectors
     columns: dict[str, pa.Array]
-
-    @property
-    def nbytes(self) -> int:
-        columns = sum(c.nbytes for c in self.columns.values())
-        return int(self.row_ids.nbytes + self.has.nbytes + self.vectors.nbytes + columns)
 
 
 @dataclass(frozen=True)
@@ -96,7 +89,7 @@ class Pool:
         valid = np.flatnonzero(_joined([b.has for b in blocks], bool)).astype(np.int64)
         norms = _joined([b.vectors.norms for b in blocks], np.float32)
         largest = max((b.vectors.largest for b in blocks), default=0.0)
-        matrix = Stacked([b.vectors.matrix for b in blocks], dimension)  # type: ignore[misc]
+        matrix = Stacked([np.asarray(b.vectors.matrix) for b in blocks], dimension)
         vectors = Vectors(matrix, row_ids[valid], norms, largest)
         return cls(key, starts, row_ids, valid, vectors, tuple(blocks))
 
