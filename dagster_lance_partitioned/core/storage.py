@@ -850,10 +850,8 @@ def _delete_keys(loc: ObjectLocation, uri: str, keys: list[str]) -> None:
         except BaseException as e:
             raise _store_error(e, uri, f"deleting {len(keys)} files") from None
 
-    _parallel(
-        batch,
-        [keys[i : i + tuning().delete_batch] for i in range(0, len(keys), tuning().delete_batch)],
-    )
+    size = tuning().delete_batch
+    _parallel(batch, [keys[i : i + size] for i in range(0, len(keys), size)])
 
 
 _DIR_FLAGS = (

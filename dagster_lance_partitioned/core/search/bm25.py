@@ -145,8 +145,9 @@ def _token_lists(texts: Sequence[str | None], decl: IndexDeclaration) -> list[li
     options = decl.tokenizer()
     alone = [t.text for t in lance.tokenize(_BREAK, **options)]
     out: list[list[str]] = []
-    for start in range(0, len(texts), tuning().text_chunk):
-        chunk = texts[start : start + tuning().text_chunk]
+    size = tuning().text_chunk
+    for start in range(0, len(texts), size):
+        chunk = texts[start : start + size]
         lists = _joined(chunk, alone, options) if len(alone) == 1 else None
         if lists is None:
             lists = [[t.text for t in lance.tokenize(x, **options)] if x else [] for x in chunk]

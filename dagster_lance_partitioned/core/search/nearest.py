@@ -142,19 +142,19 @@ class VectorQuery:
         slow = [t for t in tables if not t.pushable]
         fast = [t for t in tables if t.pushable]
         flat = [t for t in fast if t.index_on(self.column) is None]
-        few = self.gathered([t for t in fast if t.index_on(self.column) is not None])
+        with_index = [t for t in fast if t.index_on(self.column) is not None]
+        few = self.gathered(with_index)
         candidates = self.pooled(flat, few)
         chosen = {id(t) for t in few}
-        searched = [t for t in fast if t.index_on(self.column) is not None and id(t) not in chosen]
+        searched = [t for t in with_index if id(t) not in chosen]
         # each table's IVF facts, read from its index statistics unless kept (milliseconds a
         # table, read as a scan reads tables)
         for_each_table(self.state, searched, lambda t: ivf_of(self.session, t, self.column))
         indexed: list[_Indexed] = []
-        for table in fast:
-            if table.index_on(self.column) is not None and id(table) not in chosen:
-                part = self.in_memory(table, candidates)
-                if part is not None:
-                    indexed.append(part)
+        for table in searched:
+            part = self.in_memory(table, candidates)
+            if part is not None:
+                indexed.append(part)
         candidates.extend(self.indexed(indexed))
         found = [self.fetch(candidates)]
         if slow:

@@ -166,10 +166,6 @@ def pool_of(
 
     pool = Pool.of(key, for_each_table(state, tables, read), dimension)
     session.put("pooled", key, pool, pool.nbytes)
-    for name in extra:
-        kind = tables[0].ds.schema.field(name).type
-        values = _concat([b.columns[name] for b in pool.blocks], kind)
-        session.put("pooled column", (*key, name), values, values.nbytes)
     return pool
 
 
