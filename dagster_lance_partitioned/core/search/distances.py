@@ -39,9 +39,11 @@ def distance(matrix: np.ndarray | Stacked, vector: np.ndarray, metric: str) -> n
 
 
 def matrix_of(values: pa.ChunkedArray | pa.Array, dimension: int) -> np.ndarray:
-    """A column of fixed-size lists as a (rows, dimension) float32 matrix."""
+    """A column of fixed-size lists as a (rows, dimension) float32 matrix: the column's own
+    memory, not a copy, when it is one chunk of float32 values without nulls."""
     if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
+        # one chunk is used as it is: combining copies even a single chunk
+        values = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
     flat = pc.list_flatten(values).to_numpy(zero_copy_only=False)
     return np.asarray(flat, dtype=np.float32).reshape(-1, dimension)
 

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_lance_partitioned.core.read.planning import plan_namespace
+from dagster_lance_partitioned.core.search.distances import matrix_of
 from dagster_lance_partitioned.core.search.nearest import VectorQuery
 from dagster_lance_partitioned.core.search.params import VectorParams
 from dagster_lance_partitioned.core.search.session import SearchSession
@@ -176,6 +177,17 @@ def test_a_table_written_since_is_the_only_one_read_again(tmp_path):
         len(fresh.row_ids)
         == len(next(b for b in before.blocks if b.key[0] == fresh.key[0]).row_ids) + 1
     )
+
+
+def test_a_column_of_one_chunk_becomes_a_matrix_without_a_copy():
+    # a pool's blocks are tables' vectors as scanned: one chunk each, kept as Arrow read them
+    flat = pa.array(np.arange(40 * DIM, dtype=np.float32))
+    column = pa.chunked_array([pa.FixedSizeListArray.from_arrays(flat, DIM)])
+    matrix = matrix_of(column, DIM)
+    assert matrix.shape == (40, DIM) and matrix[3, 5] == 3 * DIM + 5
+    assert matrix.ctypes.data == flat.buffers()[1].address
+    two = pa.chunked_array(column.chunks + column.chunks)
+    assert np.array_equal(matrix_of(two, DIM), np.concatenate([matrix, matrix]))
 
 
 @pytest.fixture(scope="module")
