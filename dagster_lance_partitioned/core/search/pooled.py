@@ -29,6 +29,7 @@ import pyarrow as pa
 from ..expr.filters import filter_columns
 from ..manifest.state import NamespaceState
 from ..read.scan import _filtered
+from ..schema.arrow_json import strip_field_ids
 from .declaration import vector_dimension
 from .distances import Stacked, Vectors, matrix_of, nearest_rows
 from .session import SearchSession
@@ -150,7 +151,7 @@ def pool_of(
     if found is not None:
         return found  # type: ignore[no-any-return]
     extra = [c for c in dict.fromkeys(also) if c != column]
-    dimension = vector_dimension(tables[0].ds.schema.field(column).type) or 1
+    dimension = vector_dimension(_namespace_type(state, column)) or 1
     pools: list[Pool] = session.values("pooled")
     kept = {b.key: b for pool in pools for b in pool.blocks}
 
@@ -215,7 +216,7 @@ def pooled_column(
     found = session.get("pooled column", key)
     if found is not None:
         return found
-    kind = tables[0].ds.schema.field(name).type
+    kind = _namespace_type(state, name)
     width = kind.byte_width if _fixed_width(kind) else VARIABLE_WIDTH
     if not session.fits(pool.rows * width):
         return None
@@ -310,6 +311,12 @@ def every_row(table: SearchTable, columns: Sequence[str]) -> pa.Table:
     a fifth quicker than a take of every position, measured over 107 tables of 500-4,000
     rows)."""
     return table.ds.to_table(columns=list(columns), with_row_id=True)
+
+
+def _namespace_type(state: NamespaceState, name: str) -> pa.DataType:
+    """Column ``name``'s type, which every pooled table holds under the same name and type
+    (a table is pooled only when its columns are the namespace's): no table is opened."""
+    return strip_field_ids(state.schema_with_ids).field(name).type
 
 
 def _array(values: pa.ChunkedArray | pa.Array) -> pa.Array:

@@ -48,6 +48,24 @@ class TableHandle:
             return self._ds
 
 
+class Handles:
+    """The table handles of one query, one per table and pinned version, however many
+    openers (filters) open the table."""
+
+    def __init__(self) -> None:
+        self._handles: dict[tuple[str, int | None], TableHandle] = {}
+        self._lock = threading.Lock()
+
+    def of(self, task: ScanTask, opts: dict[str, str] | None) -> TableHandle:
+        """The handle of ``task``'s table version, made on first ask."""
+        with self._lock:
+            key = (task.uri, task.read_version)
+            found = self._handles.get(key)
+            if found is None:
+                found = self._handles[key] = TableHandle(task, opts)
+            return found
+
+
 @dataclass(frozen=True)
 class SearchTable:
     """One partition table as a query searches it: its Lance handle (opened and checked for
@@ -122,19 +140,26 @@ class Opener:
         schema: pa.Schema,
         residual: str | None,
         opts: dict[str, str] | None,
+        handles: Handles | None = None,
     ) -> None:
         self.session = session
         self.schema = schema
         self.residual = residual
         self.opts = opts
+        self.handles = Handles() if handles is None else handles  # shared by :meth:`under`
         plain = strip_field_ids(schema)
         self.lance_residual = lance_filter(residual, plain)
         # the schema as text, field ids included: a table version's layout is judged per schema
         self.token = schema.to_string(show_field_metadata=True, show_schema_metadata=False)
 
+    def under(self, residual: str | None) -> Opener:
+        """An opener of the same query's tables under another ``residual`` filter, with this
+        one's handles: a table both open is opened, and checked for links, once."""
+        return Opener(self.session, self.schema, residual, self.opts, self.handles)
+
     def __call__(self, task: ScanTask) -> SearchTable:
         """``task``'s table, opened for the search."""
-        handle = TableHandle(task, self.opts)
+        handle = self.handles.of(task, self.opts)
         version = task.read_version if task.read_version is not None else int(handle.ds.version)
         key = (task.uri, int(version))
 

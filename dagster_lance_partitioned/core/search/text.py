@@ -84,7 +84,7 @@ def search_text(
 
     terms = dict(for_each_task(state, whole.tasks, every_table))
     corpus = corpus_of([t for t in terms.values() if t is not None], words)
-    searched = for_each_task(state, plan.tasks, Opener(session, schema, plan.residual_filter, opts))
+    searched = for_each_task(state, plan.tasks, unfiltered.under(plan.residual_filter))
     owners, ids_parts, score_parts = [], [], []
     for i, table in enumerate(searched):
         found = terms.get(table.version_key)

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_lance_partitioned.core.read.planning import plan_namespace
+from dagster_lance_partitioned.core.search import tables
 from dagster_lance_partitioned.core.search.distances import matrix_of
 from dagster_lance_partitioned.core.search.nearest import VectorQuery
 from dagster_lance_partitioned.core.search.params import VectorParams
@@ -151,7 +152,7 @@ def test_a_table_version_changed_gives_a_new_pool(tmp_path):
     assert got.column("_distance")[0].as_py() == 0.0
 
 
-def test_a_table_written_since_is_the_only_one_read_again(tmp_path):
+def test_a_table_written_since_is_the_only_one_read_again(tmp_path, monkeypatch):
     # tables x days: 15 small partitions, pooled; one of them written to
     ns = make_ns(tmp_path / "ns", make_rows(600, seed=65, tenants=TENANTS, weights=None))
     session = SearchSession()
@@ -163,7 +164,16 @@ def test_a_table_written_since_is_the_only_one_read_again(tmp_path):
         SCHEMA.get_field_index("v"), "v", pa.array([q.tolist()], SCHEMA.field("v").type)
     )
     ns.write(twin, mode="append")
+    opened: list[str] = []
+    real = tables.open_table
+
+    def counted(task, opts, planned=True):
+        opened.append(task.uri)
+        return real(task, opts, planned=planned)
+
+    monkeypatch.setattr(tables, "open_table", counted)
     got = ns.search(q, k=5, columns=["id", "tenant"], session=session)
+    monkeypatch.undo()
     assert got.column("id")[0].as_py() == 20_000 and got.column("_distance")[0].as_py() == 0.0
     assert got.slice(1).select(["id", "tenant"]).equals(first.slice(0, 4).select(["id", "tenant"]))
     assert got.equals(ns.search(q, k=5, columns=["id", "tenant"], use_index=False))
@@ -173,6 +183,7 @@ def test_a_table_written_since_is_the_only_one_read_again(tmp_path):
     assert len(after.blocks) == len(before.blocks) == 15
     assert len(reused) == 14  # every block but the one of the table written is the same object
     (fresh,) = [b for b in after.blocks if b.key not in old]
+    assert opened == [fresh.key[0]]  # no other table is opened (the pool's types are the ns's)
     assert (
         len(fresh.row_ids)
         == len(next(b for b in before.blocks if b.key[0] == fresh.key[0]).row_ids) + 1
