@@ -3,7 +3,9 @@ keeps the answer's state (warm), and right after a one-row append to one small p
 table (the session kept the pool of the tables before the write), on the data of
 ``bench/bench_search.py`` (1,000,000 vectors, 150 tenants); and, with
 ``--every-table-indexed``, the same with every partition table given a vector index (none
-pooled), with recall against brute force.
+pooled), with recall against brute force; and, with ``--floor``, the parts a cold query
+cannot do without, each timed alone: opening (and checking for links) every partition table,
+reading the bytes of the pooled tables' data files, and everything a warm query does.
 
 The namespace is copied from ``bench_search.py``'s work directory first (the appends and the
 indexes change the copy only). Run by hand, after ``bench_search.py --workdir DIR`` built the
@@ -11,6 +13,7 @@ data (results in docs/explanation/benchmarks.md, "Issue 33, third pass"):
 
     .venv/bin/python bench/bench_search_cold.py --workdir /tmp/bs_final
     .venv/bin/python bench/bench_search_cold.py --workdir /tmp/bs_final --every-table-indexed
+    .venv/bin/python bench/bench_search_cold.py --workdir /tmp/bs_final --floor
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 os.environ.setdefault("LANCE_LOG", "error")
 
@@ -32,7 +36,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_search as data
 
 from dagster_lance_partitioned import PartitionedNamespace
+from dagster_lance_partitioned.core.read.planning import plan_namespace
 from dagster_lance_partitioned.core.search.session import SearchSession
+from dagster_lance_partitioned.core.search.tables import Opener, SearchTable, for_each_task
 
 
 def ms(values: list[float]) -> float:
@@ -120,11 +126,89 @@ def every_table_indexed(ns: PartitionedNamespace, qv: np.ndarray, n: int) -> lis
     return out
 
 
+def _opened(table: SearchTable) -> SearchTable:
+    _ = table.ds  # opened and checked for links
+    return table
+
+
+def floor(ns: PartitionedNamespace, qv: np.ndarray, n: int) -> list[str]:
+    """A cold query against the sum of what it cannot skip, interleaved query by query:
+    opening every partition table (and checking its files for links, as every query that
+    reads a table does), reading the raw bytes of the pooled tables' data files (4 threads,
+    from the page cache: less than any decoder does) and the warm query itself (its
+    product over the pool, routed searches, merge and rows returned)."""
+    state = ns.state
+    plan = plan_namespace(state, None, check_links=False)
+    schema = state.schema_with_ids
+
+    def open_all() -> list[SearchTable]:
+        opener = Opener(SearchSession(), schema, None, state.storage_options)
+        return for_each_task(state, plan.tasks, lambda task: _opened(opener(task)))
+
+    pooled = [t for t in open_all() if t.index_on("vec") is None]
+    files = [
+        os.path.join(t.ds.uri, "data", f.path)
+        for t in pooled
+        for fragment in t.ds.get_fragments()
+        for f in fragment.data_files()
+    ]
+    size = sum(os.path.getsize(f) for f in files)
+
+    def raw() -> int:
+        def read(path: str) -> int:
+            with open(path, "rb") as fh:
+                return len(fh.read())
+
+        with ThreadPoolExecutor(4) as ex:
+            return sum(ex.map(read, files))
+
+    def scans() -> int:
+        with ThreadPoolExecutor(4) as ex:
+            return sum(ex.map(lambda t: t.ds.to_table(columns=["vec"]).nbytes, pooled))
+
+    session = SearchSession()
+    parts: dict[str, list[float]] = {k: [] for k in ("cold", "warm", "open", "raw", "scan")}
+    for i in range(n):
+        session.clear()  # the first search below is cold
+        for name, fn in (
+            ("cold", lambda q=qv[i]: ns.search(q, k=10, columns=["id"], session=session)),
+            ("warm", lambda q=qv[i]: ns.search(q, k=10, columns=["id"], session=session)),
+            ("open", open_all),
+            ("raw", raw),
+            ("scan", scans),
+        ):
+            t = time.perf_counter()
+            fn()
+            parts[name].append(time.perf_counter() - t)
+    m = {k: ms(v) for k, v in parts.items()}
+    least = m["open"] + m["raw"] + m["warm"]
+    return [
+        f"{len(plan.tasks)} tables, {len(pooled)} pooled: {len(files)} data files, "
+        f"{size / 1e6:.0f} MB; {n} queries, p50 ms.",
+        "",
+        "| part | p50 ms | / warm |",
+        "|---|---:|---:|",
+        *(
+            f"| {label} | {m[k]:.1f} | {m[k] / m['warm']:.2f} |"
+            for k, label in (
+                ("cold", "cold query (session cleared)"),
+                ("warm", "warm query (the same again)"),
+                ("open", "opening and checking every table"),
+                ("raw", "raw bytes of the pooled tables' data files, 4 threads"),
+                ("scan", "Lance scans of the pooled vectors, 4 threads"),
+            )
+        ),
+        f"| least a cold query can take: open + raw bytes + warm | {least:.1f} | "
+        f"{least / m['warm']:.2f} |",
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workdir", required=True, help="bench_search.py's work directory")
     ap.add_argument("--queries", type=int, default=60)
     ap.add_argument("--every-table-indexed", action="store_true")
+    ap.add_argument("--floor", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.workdir))) as tmp:
         copy = os.path.join(tmp, "ns")
@@ -135,6 +219,8 @@ def main() -> None:
         del vectors
         if args.every_table_indexed:
             lines = every_table_indexed(ns, qv[1], args.queries)
+        elif args.floor:
+            lines = floor(ns, qv[1], args.queries)
         else:
             lines = after_writes(ns, qv[1], args.queries)
     print("\n".join(lines))
