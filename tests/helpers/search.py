@@ -160,3 +160,19 @@ def assert_indexed(ns: PartitionedNamespace) -> None:
         indexed = sum(1 for _, found in tables.values() if cov.name in found)
         assert cov.partitions_indexed == indexed
         assert cov.partitions_flat == len(tables) - indexed
+
+
+def count_table_opens(monkeypatch: Any) -> list[str]:
+    """The directories of the partition tables search opens from now on (to open one is
+    to check its files for links), one entry per open, in order."""
+    from dagster_lance_partitioned.core.search import tables
+
+    opened: list[str] = []
+    real = tables.open_table
+
+    def counted(task: Any, opts: Any, planned: bool = True) -> lance.LanceDataset:
+        opened.append(task.uri)
+        return real(task, opts, planned=planned)
+
+    monkeypatch.setattr(tables, "open_table", counted)
+    return opened

@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from helpers.data import link_data_file as link_first_data_file
+from helpers.search import count_table_opens
 
 from dagster_lance_partitioned import PartitionedNamespace, PartitionField
 from dagster_lance_partitioned.core.errors import PathEscapeError
-from dagster_lance_partitioned.core.search import tables
 from dagster_lance_partitioned.core.search.session import SearchSession
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="symbolic links need privileges")
@@ -101,14 +101,7 @@ def test_a_text_search_reads_its_best_rows_and_meets_the_link_warm_too(ns, tmp_p
 def test_a_filtered_cold_query_opens_and_checks_each_table_once(ns, monkeypatch, kind):
     # a filtered text query opens every table for the statistics and the filtered ones again
     # for their rows: one handle each, so one check of its files
-    opened: list[str] = []
-    real = tables.open_table
-
-    def counted(task, opts, planned=True):
-        opened.append(task.uri)
-        return real(task, opts, planned=planned)
-
-    monkeypatch.setattr(tables, "open_table", counted)
+    opened = count_table_opens(monkeypatch)
     found = QUERIES[kind](ns, SearchSession(), "tenant = 'a' AND id != 'a1'")
     assert found.num_rows == 5 and set(found["tenant"].to_pylist()) == {"a"}
     assert len(opened) == len(set(opened)) == (2 if kind == "text" else 1)

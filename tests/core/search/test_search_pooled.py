@@ -10,12 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from helpers.search import SCHEMA, brute_force, make_ns, make_rows
+from helpers.search import SCHEMA, brute_force, count_table_opens, make_ns, make_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_lance_partitioned.core.read.planning import plan_namespace
-from dagster_lance_partitioned.core.search import tables
 from dagster_lance_partitioned.core.search.distances import matrix_of
 from dagster_lance_partitioned.core.search.nearest import VectorQuery
 from dagster_lance_partitioned.core.search.params import VectorParams
@@ -164,14 +163,7 @@ def test_a_table_written_since_is_the_only_one_read_again(tmp_path, monkeypatch)
         SCHEMA.get_field_index("v"), "v", pa.array([q.tolist()], SCHEMA.field("v").type)
     )
     ns.write(twin, mode="append")
-    opened: list[str] = []
-    real = tables.open_table
-
-    def counted(task, opts, planned=True):
-        opened.append(task.uri)
-        return real(task, opts, planned=planned)
-
-    monkeypatch.setattr(tables, "open_table", counted)
+    opened = count_table_opens(monkeypatch)
     got = ns.search(q, k=5, columns=["id", "tenant"], session=session)
     monkeypatch.undo()
     assert got.column("id")[0].as_py() == 20_000 and got.column("_distance")[0].as_py() == 0.0
