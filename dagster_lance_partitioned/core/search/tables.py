@@ -53,13 +53,13 @@ class Handles:
     openers (filters) open the table."""
 
     def __init__(self) -> None:
-        self._handles: dict[tuple[str, int | None], TableHandle] = {}
+        self._handles: dict[tuple[str, int | None, str | None, str | None], TableHandle] = {}
         self._lock = threading.Lock()
 
     def of(self, task: ScanTask, opts: dict[str, str] | None) -> TableHandle:
         """The handle of ``task``'s table version, made on first ask."""
         with self._lock:
-            key = (task.uri, task.read_version)
+            key = (task.uri, task.read_version, task.read_branch, task.read_tag)
             found = self._handles.get(key)
             if found is None:
                 found = self._handles[key] = TableHandle(task, opts)
