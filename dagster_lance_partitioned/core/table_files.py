@@ -170,15 +170,16 @@ def forget_file_lists() -> None:
         _lists.clear()
 
 
+def data_bytes(fragments: Iterable[FragmentMetadata]) -> int:
+    """Total size of the data files of ``fragments`` (0 where Lance did not record one)."""
+    return sum(f.file_size_bytes or 0 for frag in fragments for f in frag.files)
+
+
 __all__ = [
     "VersionFiles",
     "check_known_files",
     "check_version_files",
+    "data_bytes",
     "dataset_files",
     "forget_file_lists",
 ]
-
-
-def data_bytes(fragments: Iterable[FragmentMetadata]) -> int:
-    """Total size of the data files of ``fragments`` (0 where Lance did not record one)."""
-    return sum(f.file_size_bytes or 0 for frag in fragments for f in frag.files)

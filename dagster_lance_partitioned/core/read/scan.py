@@ -304,11 +304,8 @@ class _Prepared:
         try:
             fragments = self.ds.get_fragments()
             wanted = None if self.fragment_ids is None else set(self.fragment_ids)
-            size = sum(
-                int(f.file_size_bytes or 0)
-                for fragment in fragments
-                if wanted is None or fragment.fragment_id in wanted
-                for f in fragment.metadata.files
+            size = data_bytes(
+                f.metadata for f in fragments if wanted is None or f.fragment_id in wanted
             )
             columns = len(self.table_schema)
         except Exception:
